@@ -1,0 +1,67 @@
+package crew
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/gocrew/crew/internal/engine"
+)
+
+var (
+	// ErrStopped is returned for work submitted after Stop or Shutdown began.
+	ErrStopped = engine.ErrStopped
+
+	// ErrQueueFull is returned when a bounded queue has no room and the call
+	// may not wait: TrySubmit, or any submission to a pool built
+	// WithNonBlocking.
+	ErrQueueFull = engine.ErrFull
+
+	// ErrNilTask is returned when the task function is nil.
+	ErrNilTask = errors.New("crew: nil task")
+
+	// ErrDropped completes a submitted Task that Shutdown removed from the
+	// queue before it started.
+	ErrDropped = errors.New("crew: task dropped by Shutdown")
+
+	// ErrGoexit completes a Task whose function called runtime.Goexit.
+	ErrGoexit = errors.New("crew: task called runtime.Goexit")
+
+	// ErrInvalid is wrapped by the errors (and construction panics) that
+	// report an invalid argument, such as a worker limit below 1.
+	ErrInvalid = errors.New("crew: invalid argument")
+
+	// errZeroPool is returned by the methods of a Pool not made by New.
+	errZeroPool = fmt.Errorf("%w: Pool must be created with crew.New", ErrInvalid)
+)
+
+// PanicError is a panic recovered from a task, with the stack of the
+// goroutine at the moment of the panic.
+type PanicError struct {
+	Value any    // the value passed to panic
+	Stack []byte // the panicking goroutine's stack, as runtime/debug.Stack
+}
+
+func (e *PanicError) Error() string {
+	return fmt.Sprintf("crew: task panicked: %v\n\n%s", e.Value, e.Stack)
+}
+
+// Unwrap returns the panic value if it is an error, so that errors.Is and
+// errors.As see through a recovered panic(err).
+func (e *PanicError) Unwrap() error {
+	err, _ := e.Value.(error)
+	return err
+}
+
+// ShutdownError reports that Shutdown's context ended before the queue
+// drained: Dropped queued tasks never started. It unwraps to the context's
+// error.
+type ShutdownError struct {
+	Dropped int   // queued tasks removed without running
+	Err     error // the context's error
+}
+
+func (e *ShutdownError) Error() string {
+	return fmt.Sprintf("crew: shutdown: %v: dropped %d queued tasks", e.Err, e.Dropped)
+}
+
+func (e *ShutdownError) Unwrap() error { return e.Err }

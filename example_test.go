@@ -1,0 +1,147 @@
+package crew_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/gocrew/crew"
+)
+
+func ExampleNew() {
+	p := crew.New(4) // at most 4 tasks at a time
+	defer p.Stop()
+
+	var sum atomic.Int64
+	for i := 1; i <= 100; i++ {
+		p.Go(func() { sum.Add(int64(i)) })
+	}
+	p.Wait()
+	fmt.Println(sum.Load())
+	// Output: 5050
+}
+
+func ExamplePool_Go() {
+	p := crew.New(2)
+	var done atomic.Int64
+	for range 10 {
+		if err := p.Go(func() { done.Add(1) }); err != nil {
+			fmt.Println(err)
+		}
+	}
+	p.Stop()
+	fmt.Println(done.Load(), p.Go(func() {}))
+	// Output: 10 crew: pool is stopped
+}
+
+func ExamplePool_Submit() {
+	p := crew.New(2)
+	defer p.Stop()
+
+	t := p.Submit(func(ctx context.Context) error {
+		return errors.New("disk full")
+	})
+	fmt.Println(t.Wait())
+
+	t = p.Submit(func(ctx context.Context) error { panic("bug") })
+	var pe *crew.PanicError
+	fmt.Println(errors.As(t.Wait(), &pe), pe.Value)
+	// Output:
+	// disk full
+	// true bug
+}
+
+func ExamplePool_TrySubmit() {
+	release := make(chan struct{})
+	p := crew.New(1, crew.WithQueueSize(1))
+	defer p.Stop()
+	defer close(release)
+
+	fmt.Println(p.TrySubmit(func() { <-release })) // runs
+	fmt.Println(p.TrySubmit(func() { <-release })) // queued
+	fmt.Println(p.TrySubmit(func() { <-release })) // no room
+	// Output:
+	// true
+	// true
+	// false
+}
+
+func ExamplePool_SubmitCtx() {
+	release := make(chan struct{})
+	p := crew.New(1, crew.WithQueueSize(0))
+	defer p.Stop()
+	defer close(release)
+	p.Go(func() { <-release })
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancel()
+	err := p.SubmitCtx(ctx, func() {}) // waits for room, gives up with ctx
+	fmt.Println(err)
+	// Output: context deadline exceeded
+}
+
+func ExamplePool_Shutdown() {
+	p := crew.New(1)
+	started := make(chan struct{})
+	p.Submit(func(ctx context.Context) error {
+		close(started)
+		<-ctx.Done() // a long task that honours cancellation
+		return ctx.Err()
+	})
+	<-started
+	for range 5 {
+		p.Go(func() {}) // queued behind it
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancel()
+	err := p.Shutdown(ctx)
+	var se *crew.ShutdownError
+	fmt.Println(errors.As(err, &se), se.Dropped, errors.Is(err, context.DeadlineExceeded))
+	// Output: true 5 true
+}
+
+func ExamplePool_Wait() {
+	p := crew.New(8)
+	defer p.Stop()
+	var n atomic.Int64
+	for range 1000 {
+		p.Go(func() { n.Add(1) })
+	}
+	p.Wait() // idle, still running
+	fmt.Println(n.Load(), p.Go(func() {}))
+	// Output: 1000 <nil>
+}
+
+func ExamplePool_Resize() {
+	p := crew.New(1)
+	defer p.Stop()
+	p.Resize(16)
+	fmt.Println(p.Stats().MaxWorkers)
+	fmt.Println(p.Resize(0))
+	// Output:
+	// 16
+	// crew: invalid argument: Resize(0): worker limit must be at least 1
+}
+
+func ExampleWithPanicHandler() {
+	panics := make(chan *crew.PanicError, 1)
+	p := crew.New(1, crew.WithPanicHandler(func(pe *crew.PanicError) { panics <- pe }))
+	defer p.Stop()
+	p.Go(func() { panic("oops") })
+	fmt.Println((<-panics).Value)
+	// Output: oops
+}
+
+func ExamplePool_Stats() {
+	p := crew.New(4)
+	for range 10 {
+		p.Go(func() {})
+	}
+	p.Stop()
+	s := p.Stats()
+	fmt.Println(s.Submitted, s.Completed, s.Workers)
+	// Output: 10 10 0
+}

@@ -1,0 +1,3 @@
+module github.com/gocrew/crew
+
+go 1.26

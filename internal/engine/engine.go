@@ -1,0 +1,412 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Errors returned by the engine. Package crew re-exports them.
+var (
+	ErrStopped = errors.New("crew: pool is stopped")
+	ErrFull    = errors.New("crew: queue is full")
+)
+
+const (
+	closedBit = 1 << 62       // in Engine.state: intake is closed
+	exitBit   = 1 << 62       // in Engine.workers: workers must exit
+	countMask = closedBit - 1 // the count below either bit
+)
+
+// Config configures an Engine. Run is required.
+type Config[T any] struct {
+	MaxWorkers  int           // > 0
+	MinWorkers  int           // workers kept when idle, <= MaxWorkers
+	QueueSize   int           // tasks waiting beyond running ones; < 0: unbounded
+	IdleTimeout time.Duration // how long a worker waits for work before retiring; 0: it never parks
+
+	// Run executes a task. A panic in Run is passed to OnPanic.
+	Run func(T)
+	// OnPanic receives a task that panicked, the recovered value and the
+	// stack where it happened. When nil, panics are not recovered and crash
+	// the program.
+	OnPanic func(t T, value any, stack []byte)
+	// OnGoexit receives a task that called runtime.Goexit. May be nil.
+	OnGoexit func(t T)
+	// Drop receives each queued task that Drain removes. May be nil.
+	Drop func(T)
+	// Start runs a new worker's loop; nil means "go loop()". It reports
+	// false if it could not. Subpools use it to borrow a parent's workers;
+	// such workers should not park, so give them IdleTimeout 0.
+	Start func(loop func()) bool
+}
+
+// Engine schedules tasks of type T onto a bounded set of worker goroutines.
+type Engine[T any] struct {
+	run      func(T)
+	onPanic  func(T, any, []byte)
+	onGoexit func(T)
+	drop     func(T)
+	start    func(func()) bool
+
+	shards []shard[T]
+	mask   uint32
+
+	closed   atomic.Bool  // intake is closed; each shard also has the flag under its lock
+	bounded  bool         // QueueSize >= 0
+	admitted atomic.Int64 // with bounded: unfinished tasks, kept below capacity
+	capacity atomic.Int64 // with bounded: MaxWorkers+QueueSize
+	queue    int64        // QueueSize
+
+	workers    atomic.Int64 // exitBit | live workers
+	maxWorkers atomic.Int64
+	minWorkers atomic.Int64
+	searching  atomic.Int32 // workers looking for a task, or woken to look
+	nextHome   atomic.Uint32
+	idleTime   time.Duration
+
+	idleMu  sync.Mutex
+	idle    idleList[T] // parked workers, most recently parked first
+	exiting bool        // guarded by idleMu: workers must not park
+
+	draining atomic.Bool // Drain was called: workers drop unstarted tasks
+
+	completed atomic.Uint64
+	dropped   atomic.Uint64
+	requeued  atomic.Uint64 // tasks pushed a second time by requeue
+	panicked  atomic.Uint64
+
+	idleSig  signal // unfinished count reached zero
+	spaceSig signal // bounded: room for a task, or closed
+	exitSig  signal // the last worker exited
+}
+
+// shard is one of the engine's queues. It is padded so that two shards never
+// share a cache line.
+type shard[T any] struct {
+	mu     sync.Mutex
+	closed bool // guarded by mu: refuse pushes
+	q      fifo[T]
+	// Written under mu, read without it: pushed-popped is the queue length,
+	// and the sum of pushed over all shards is the number of accepted tasks.
+	pushed, popped atomic.Uint64
+	_              [64]byte
+}
+
+func (s *shard[T]) len() uint64 { return s.pushed.Load() - s.popped.Load() }
+
+// New returns a started engine. It spawns MinWorkers workers at once.
+// The caller validates cfg; New panics on values that make no sense.
+func New[T any](cfg Config[T]) *Engine[T] {
+	if cfg.MaxWorkers <= 0 || cfg.MinWorkers < 0 || cfg.MinWorkers > cfg.MaxWorkers || cfg.IdleTimeout < 0 || cfg.Run == nil {
+		panic("engine: invalid config")
+	}
+	n := 1
+	for n < 2*runtime.GOMAXPROCS(0) {
+		n <<= 1
+	}
+	e := &Engine[T]{
+		run:      cfg.Run,
+		onPanic:  cfg.OnPanic,
+		onGoexit: cfg.OnGoexit,
+		drop:     cfg.Drop,
+		start:    cfg.Start,
+		shards:   make([]shard[T], n),
+		mask:     uint32(n - 1),
+		bounded:  cfg.QueueSize >= 0,
+		queue:    int64(cfg.QueueSize),
+		idleTime: cfg.IdleTimeout,
+	}
+	e.maxWorkers.Store(int64(cfg.MaxWorkers))
+	e.minWorkers.Store(int64(cfg.MinWorkers))
+	e.capacity.Store(int64(cfg.MaxWorkers) + e.queue)
+	for range cfg.MinWorkers {
+		e.spawn()
+	}
+	return e
+}
+
+// Push queues t, waiting for room when the engine is bounded and full.
+// A nil ctx waits without limit. It returns ErrStopped once the engine is
+// closed, and ctx's error if ctx ends first.
+func (e *Engine[T]) Push(ctx context.Context, t T) error {
+	if !e.bounded {
+		return e.enqueue(t)
+	}
+	for {
+		err := e.admit()
+		if err == nil {
+			return e.enqueue(t)
+		}
+		if err != ErrFull {
+			return err
+		}
+		if err := e.spaceSig.wait(ctx, e.hasRoom); err != nil {
+			return err
+		}
+	}
+}
+
+// TryPush queues t if that needs no waiting. It returns ErrFull when a bounded
+// engine is full and ErrStopped once the engine is closed.
+func (e *Engine[T]) TryPush(t T) error {
+	if e.bounded {
+		if err := e.admit(); err != nil {
+			return err
+		}
+	}
+	return e.enqueue(t)
+}
+
+// admit counts one more unfinished task in a bounded engine if there is room.
+func (e *Engine[T]) admit() error {
+	for {
+		if e.closed.Load() {
+			return ErrStopped
+		}
+		v := e.admitted.Load()
+		if v >= e.capacity.Load() {
+			return ErrFull
+		}
+		if e.admitted.CompareAndSwap(v, v+1) {
+			return nil
+		}
+	}
+}
+
+func (e *Engine[T]) hasRoom() bool {
+	return e.closed.Load() || e.admitted.Load() < e.capacity.Load()
+}
+
+// enqueue appends t to a shard and makes sure a worker will look for it.
+// The shard's closed flag, read under its lock, decides whether t is
+// accepted, so a task is either refused or counted in pushed before Close
+// returns.
+func (e *Engine[T]) enqueue(t T) error {
+	if e.closed.Load() {
+		return e.refuse()
+	}
+	// A busy shard is skipped rather than waited for: with more shards than
+	// cores, one of the next few is free.
+	i := rand.Uint32()
+	s := &e.shards[i&e.mask]
+	for n := uint32(1); !s.mu.TryLock(); n++ {
+		if n > e.mask {
+			s.mu.Lock()
+			break
+		}
+		s = &e.shards[(i+n)&e.mask]
+	}
+	if s.closed {
+		s.mu.Unlock()
+		return e.refuse()
+	}
+	s.q.push(t)
+	s.pushed.Add(1)
+	s.mu.Unlock()
+	if e.searching.Load() == 0 {
+		e.wake()
+	}
+	return nil
+}
+
+// requeue puts back tasks that a worker took but cannot run. They were
+// counted when first pushed, so they are counted in requeued after being
+// pushed again: unfinished may see them twice for a moment, never zero times.
+func (e *Engine[T]) requeue(i uint32, ts []T) {
+	s := &e.shards[i&e.mask]
+	s.mu.Lock()
+	for _, t := range ts {
+		s.q.push(t)
+	}
+	s.pushed.Add(uint64(len(ts)))
+	s.mu.Unlock()
+	e.requeued.Add(uint64(len(ts)))
+}
+
+// refuse undoes a bounded admission for a task the closed engine refuses.
+func (e *Engine[T]) refuse() error {
+	if e.bounded {
+		e.admitted.Add(-1)
+		e.spaceSig.broadcast()
+	}
+	return ErrStopped
+}
+
+// finish records n tasks as finished (run or dropped) and wakes the waiters
+// that this may concern. idle tells whether the caller found the queues
+// empty: only then is Wait's condition worth testing.
+func (e *Engine[T]) finish(n int64, idle bool) {
+	if e.bounded {
+		e.admitted.Add(-n)
+		e.spaceSig.broadcast()
+	}
+	if idle {
+		e.idleSig.broadcast()
+	}
+}
+
+// unfinished reports how many accepted tasks have neither run to the end nor
+// been dropped. The finished counts are read before the pushed ones: both only
+// grow, so a result of zero means that at one instant every accepted task was
+// finished.
+func (e *Engine[T]) unfinished() int64 {
+	done := e.completed.Load() + e.dropped.Load() + e.requeued.Load()
+	var pushed uint64
+	for i := range e.shards {
+		pushed += e.shards[i].pushed.Load()
+	}
+	return int64(pushed - done)
+}
+
+// popBatch moves up to half of the first non-empty shard's tasks, at most
+// len(buf), into buf, starting at shard i and trying every shard once. Taking
+// several tasks per lock keeps workers off the producers' cache lines; taking
+// at most half leaves work for the other workers.
+func (e *Engine[T]) popBatch(i uint32, buf []T) int {
+	for range e.shards {
+		s := &e.shards[i&e.mask]
+		i++
+		if s.len() == 0 || !s.mu.TryLock() {
+			continue
+		}
+		k := min(len(buf), int(s.len()+1)/2)
+		for j := range k {
+			buf[j], _ = s.q.pop()
+		}
+		s.popped.Add(uint64(k))
+		s.mu.Unlock()
+		if k > 0 {
+			return k
+		}
+	}
+	return 0
+}
+
+// queued reports the number of tasks waiting in the shards.
+func (e *Engine[T]) queued() int64 {
+	var n int64
+	for i := range e.shards {
+		n += int64(e.shards[i].len())
+	}
+	return n
+}
+
+// Wait blocks until no task is queued or running, or ctx ends (nil: never).
+func (e *Engine[T]) Wait(ctx context.Context) error {
+	return e.idleSig.wait(ctx, func() bool { return e.unfinished() == 0 })
+}
+
+// Close stops intake: every later push returns ErrStopped and producers
+// blocked for room return ErrStopped. Queued tasks still run. Idempotent.
+func (e *Engine[T]) Close() {
+	e.closed.Store(true)
+	for i := range e.shards {
+		s := &e.shards[i]
+		s.mu.Lock()
+		s.closed = true
+		s.mu.Unlock()
+	}
+	e.spaceSig.broadcast()
+}
+
+// Closed reports whether Close was called.
+func (e *Engine[T]) Closed() bool { return e.closed.Load() }
+
+// Drain removes every queued task, passes each to Config.Drop and counts it
+// as dropped, and makes workers do the same with tasks they have taken but
+// not started. It returns how many it removed itself; Stats().Dropped counts
+// all of them once Wait returns. A task is either run or dropped, never both.
+func (e *Engine[T]) Drain() int {
+	e.draining.Store(true)
+	total := 0
+	for i := range e.shards {
+		s := &e.shards[i]
+		s.mu.Lock()
+		var dropped []T
+		for {
+			t, ok := s.q.pop()
+			if !ok {
+				break
+			}
+			dropped = append(dropped, t)
+		}
+		s.popped.Add(uint64(len(dropped)))
+		s.mu.Unlock()
+		for _, t := range dropped {
+			if e.drop != nil {
+				e.drop(t)
+			}
+		}
+		total += len(dropped)
+	}
+	if total > 0 {
+		e.dropped.Add(uint64(total))
+		e.finish(int64(total), true)
+	}
+	return total
+}
+
+// Exit makes every worker return once the queues are empty and waits until
+// they have. Call it after Close and Wait; it is idempotent.
+func (e *Engine[T]) Exit() {
+	for {
+		v := e.workers.Load()
+		if v&exitBit != 0 || e.workers.CompareAndSwap(v, v|exitBit) {
+			break
+		}
+	}
+	e.idleMu.Lock()
+	e.exiting = true
+	for w := e.idle.pop(); w != nil; w = e.idle.pop() {
+		e.searching.Add(1)
+		w.wake <- struct{}{}
+	}
+	e.idleMu.Unlock()
+	e.exitSig.wait(nil, func() bool { return e.workers.Load() == exitBit })
+}
+
+// Resize changes the worker limit to n > 0. Extra workers retire after their
+// current task; when n grows, workers start for queued tasks at once.
+func (e *Engine[T]) Resize(n int) {
+	old := e.maxWorkers.Swap(int64(n))
+	if m := e.minWorkers.Load(); m > int64(n) {
+		e.minWorkers.CompareAndSwap(m, int64(n))
+	}
+	if e.bounded {
+		e.capacity.Store(int64(n) + e.queue)
+		e.spaceSig.broadcast()
+	}
+	for i := old; i < int64(n) && e.queued() > 0; i++ {
+		e.wake()
+	}
+}
+
+// Stats is a snapshot of the engine's counters. Fields are read one by one
+// while tasks run, so they are consistent only when the engine is quiet.
+type Stats struct {
+	Workers, Idle, Searching int
+	Queued, Unfinished       int64
+	Completed                uint64 // tasks that ran to the end or panicked
+	Dropped, Panicked        uint64
+	MaxWorkers               int
+}
+
+// Stats returns a snapshot of the engine's counters.
+func (e *Engine[T]) Stats() Stats {
+	return Stats{
+		Workers:    int(e.workers.Load() & countMask),
+		Idle:       int(e.idle.n.Load()),
+		Searching:  int(e.searching.Load()),
+		Queued:     e.queued(),
+		Unfinished: e.unfinished(),
+		Completed:  e.completed.Load(),
+		Dropped:    e.dropped.Load(),
+		Panicked:   e.panicked.Load(),
+		MaxWorkers: int(e.maxWorkers.Load()),
+	}
+}

@@ -1,0 +1,57 @@
+package engine
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func newFuncEngine(max int) *Engine[func()] {
+	return New(Config[func()]{MaxWorkers: max, QueueSize: -1, IdleTimeout: time.Second, Run: func(f func()) { f() }})
+}
+
+func stop(e *Engine[func()]) {
+	e.Close()
+	e.Wait(nil)
+	e.Exit()
+}
+
+func BenchmarkPush(b *testing.B) {
+	for _, workers := range []int{2, 1000, 200000} {
+		for _, producers := range []int{1, 100} {
+			b.Run(fmt.Sprintf("workers=%d/producers=%d", workers, producers), func(b *testing.B) {
+				e := newFuncEngine(workers)
+				var n atomic.Int64
+				task := func() { n.Add(1) }
+				b.ReportAllocs()
+				b.ResetTimer()
+				var wg sync.WaitGroup
+				for p := range producers {
+					k := b.N / producers
+					if p < b.N%producers {
+						k++
+					}
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for range k {
+							e.Push(nil, task)
+						}
+					}()
+				}
+				wg.Wait()
+				e.Wait(nil)
+				b.StopTimer()
+				if n.Load() != int64(b.N) {
+					b.Fatalf("ran %d of %d", n.Load(), b.N)
+				}
+				if testing.Verbose() {
+					b.Logf("N=%d stats=%+v", b.N, e.Stats())
+				}
+				stop(e)
+			})
+		}
+	}
+}

@@ -1,0 +1,58 @@
+package engine
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+)
+
+// A signal lets goroutines wait for a condition that other goroutines make
+// true, with an optional context. Notifiers call broadcast after changing the
+// state the condition reads; broadcast costs one atomic load when nobody
+// waits, which keeps it off the hot path's books.
+type signal struct {
+	waiters atomic.Int32
+	mu      sync.Mutex
+	ch      chan struct{} // closed by broadcast; nil until a waiter needs one
+}
+
+// wait blocks until cond reports true or ctx ends; a nil ctx never ends.
+func (s *signal) wait(ctx context.Context, cond func() bool) error {
+	s.waiters.Add(1)
+	defer s.waiters.Add(-1)
+	for {
+		// Take the channel before testing cond: a broadcast that follows a
+		// state change we missed then closes this very channel.
+		s.mu.Lock()
+		if s.ch == nil {
+			s.ch = make(chan struct{})
+		}
+		ch := s.ch
+		s.mu.Unlock()
+		if cond() {
+			return nil
+		}
+		if ctx == nil {
+			<-ch
+			continue
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// broadcast wakes every current waiter so that it re-tests its condition.
+func (s *signal) broadcast() {
+	if s.waiters.Load() == 0 {
+		return
+	}
+	s.mu.Lock()
+	if s.ch != nil {
+		close(s.ch)
+		s.ch = nil
+	}
+	s.mu.Unlock()
+}

@@ -1,0 +1,401 @@
+package engine
+
+import (
+	"runtime"
+	"runtime/debug"
+	"sync/atomic"
+	"time"
+)
+
+const (
+	// spinRounds is how many times a searcher scans the shards, yielding the
+	// processor between scans, before it parks. A yield costs about 70 ns when
+	// nothing else is runnable, so a searcher spins for a few microseconds:
+	// long enough to bridge the gaps of a busy producer, short enough to cost
+	// nothing noticeable in an idle program.
+	spinRounds = 32
+
+	// completionBatch bounds how many finished tasks a worker counts locally
+	// before it publishes them, so Stats stays fresh during long bursts.
+	completionBatch = 64
+
+	// batchLen is the most tasks a worker takes from a shard at once.
+	batchLen = 16
+
+	// fastTask is the average run time below which a worker's tasks count
+	// as tiny: only then does it take them in batches, so a slow task can
+	// hold at most batchLen-1 tasks behind it, once, before the worker goes
+	// back to taking one task at a time.
+	fastTask = time.Microsecond
+)
+
+type worker[T any] struct {
+	e                  *Engine[T]
+	home               uint32
+	done               int64       // finished tasks not yet subtracted from e.state
+	batch              [batchLen]T // taken from a shard; batch[bi:bn] not yet run
+	bi, bn             int
+	want               int           // tasks to take at the next refill, 1..batchLen
+	taken              time.Time     // when the current batch was taken; zero after a search
+	wake               chan struct{} // buffered(1): a waker's go-ahead
+	timer              *time.Timer   // idle timeout, made at the first park
+	idlePrev, idleNext *worker[T]    // idle list links, guarded by e.idleMu
+	parked             bool          // on the idle list, guarded by e.idleMu
+}
+
+// wake makes sure some worker will look at the queues: it wakes a parked
+// worker, or starts one if the limit allows.
+func (e *Engine[T]) wake() {
+	if e.idle.n.Load() > 0 {
+		e.idleMu.Lock()
+		if w := e.idle.pop(); w != nil {
+			e.searching.Add(1)
+			e.idleMu.Unlock()
+			w.wake <- struct{}{}
+			return
+		}
+		e.idleMu.Unlock()
+	}
+	e.spawn()
+}
+
+// spawn starts a worker unless the engine is at its limit or exiting.
+func (e *Engine[T]) spawn() bool {
+	for {
+		v := e.workers.Load()
+		if v&exitBit != 0 || v >= e.maxWorkers.Load() {
+			return false
+		}
+		if e.workers.CompareAndSwap(v, v+1) {
+			break
+		}
+	}
+	e.searching.Add(1)
+	w := &worker[T]{e: e, home: e.nextHome.Add(1), wake: make(chan struct{}, 1), want: 1}
+	if e.start == nil {
+		go w.main()
+	} else if !e.start(w.main) {
+		e.searching.Add(-1)
+		e.release(0)
+		return false
+	}
+	return true
+}
+
+// release takes one worker off the live count if more than keep are live or
+// the engine is exiting, and reports whether it did.
+func (e *Engine[T]) release(keep int64) bool {
+	for {
+		v := e.workers.Load()
+		if v&exitBit == 0 && v <= keep {
+			return false
+		}
+		if e.workers.CompareAndSwap(v, v-1) {
+			if v-1 == exitBit {
+				e.exitSig.broadcast()
+			}
+			return true
+		}
+	}
+}
+
+// flush publishes the worker's finished tasks; idle tells whether the
+// worker found no more work.
+func (w *worker[T]) flush(idle bool) {
+	if w.done > 0 {
+		w.e.completed.Add(uint64(w.done))
+		w.e.finish(w.done, false)
+		w.done = 0
+	}
+	if idle {
+		w.e.idleSig.broadcast()
+	}
+}
+
+func (w *worker[T]) main() {
+	// Whoever started this worker counted it as a searcher.
+	for searching := true; !w.loop(searching); searching = false {
+	}
+}
+
+// loop runs tasks until the worker retires, and reports true then. After a
+// panic in a task it reports the panic and returns false, and main calls it
+// again: one deferred call per run of the loop, not one per task. searching
+// tells whether the worker is counted in e.searching on entry.
+func (w *worker[T]) loop(searching bool) (retired bool) {
+	e := w.e
+	var t T // the running task, for the deferred call
+	defer func() {
+		if retired {
+			return
+		}
+		var v any
+		if e.onPanic != nil {
+			v = recover()
+		}
+		if v != nil {
+			e.panicked.Add(1)
+			e.onPanic(t, v, debug.Stack())
+		} else if e.onGoexit != nil {
+			e.onGoexit(t)
+		}
+		w.done++ // the task that panicked or called runtime.Goexit
+		w.flush(true)
+		if v != nil {
+			return
+		}
+		// runtime.Goexit, or a panic that is about to crash the program:
+		// this goroutine ends when we return. Hand its unstarted tasks and
+		// its slot to a new worker.
+		if w.bi < w.bn {
+			e.requeue(w.home, w.batch[w.bi:w.bn])
+			clear(w.batch[:])
+			w.bi = w.bn
+		}
+		e.release(0)
+		if e.unfinished() > 0 {
+			e.spawn()
+		}
+	}()
+	for {
+		var ok bool
+		t, ok = w.next(searching)
+		if !ok {
+			return true
+		}
+		searching = false
+		e.run(t)
+		if w.done++; w.done >= completionBatch || e.bounded {
+			w.flush(false)
+		}
+	}
+}
+
+// take returns the next task of the worker's batch, refilling it from the
+// shards when it is empty. The batch size adapts: it doubles while batches
+// run fast and falls back to one task after a slow one.
+func (w *worker[T]) take() (t T, ok bool) {
+	if w.bi == w.bn {
+		w.refill()
+		if w.bn == 0 {
+			return t, false
+		}
+	}
+	t = w.batch[w.bi]
+	var zero T
+	w.batch[w.bi] = zero
+	w.bi++
+	if w.e.draining.Load() {
+		w.dropBatch(t)
+		return zero, false
+	}
+	return t, true
+}
+
+func (w *worker[T]) refill() {
+	if !w.taken.IsZero() {
+		now := time.Now()
+		if now.Sub(w.taken) < time.Duration(w.bn)*fastTask {
+			w.want = min(2*w.want, batchLen)
+		} else {
+			w.want = 1
+		}
+		if w.bn < w.want/2 {
+			// The queues held fewer tiny tasks than we wanted: producers are
+			// slower than the workers. Yield once so that tasks accumulate,
+			// rather than pulling a shard's cache line away from them for
+			// every task.
+			runtime.Gosched()
+		}
+	}
+	w.bi, w.bn = 0, w.e.popBatch(w.home, w.batch[:w.want])
+	if w.bn > 0 {
+		w.taken = time.Now()
+	}
+}
+
+// dropBatch drops t and the rest of the batch for Drain.
+func (w *worker[T]) dropBatch(t T) {
+	e := w.e
+	n := int64(1)
+	if e.drop != nil {
+		e.drop(t)
+	}
+	var zero T
+	for ; w.bi < w.bn; w.bi++ {
+		if e.drop != nil {
+			e.drop(w.batch[w.bi])
+		}
+		w.batch[w.bi] = zero
+		n++
+	}
+	e.dropped.Add(uint64(n))
+	e.finish(n, true)
+}
+
+// foundWork is called by a searcher that found a task. If it was the last
+// searcher and tasks remain queued, it wakes another worker, as the Go
+// scheduler does when a spinning thread finds work: a backlog left by
+// producers that have stopped pushing still spreads over the workers, each
+// woken worker waking the next.
+func (w *worker[T]) foundWork() {
+	e := w.e
+	if e.searching.Add(-1) == 0 && e.queued() > 0 {
+		e.wake()
+	}
+}
+
+// next returns the next task to run, searching and parking as needed, or
+// reports false when the worker has retired. searching tells whether the
+// worker is counted in e.searching on entry.
+func (w *worker[T]) next(searching bool) (t T, ok bool) {
+	e := w.e
+	if !searching {
+		if w.bi == w.bn && e.workers.Load() > e.maxWorkers.Load() && e.release(e.maxWorkers.Load()) {
+			w.flush(true) // shrunk by Resize
+			return t, false
+		}
+		if t, ok = w.take(); ok {
+			return t, true
+		}
+		w.flush(true)
+		e.searching.Add(1)
+	}
+	w.taken = time.Time{} // time spent searching says nothing of task length
+	for {
+		for range spinRounds {
+			if t, ok = w.take(); ok {
+				w.foundWork()
+				return t, true
+			}
+			if e.workers.Load()&exitBit != 0 {
+				break
+			}
+			runtime.Gosched()
+		}
+		e.searching.Add(-1)
+		switch t, r := w.park(); r {
+		case gotTask:
+			return t, true
+		case retire:
+			return t, false
+		}
+		// woken: a waker counted us as a searcher again.
+	}
+}
+
+type parkResult int
+
+const (
+	woken parkResult = iota
+	gotTask
+	retire
+)
+
+// park lists the worker as idle and blocks until a producer wakes it or the
+// idle timeout retires it. The caller is no longer counted as a searcher.
+func (w *worker[T]) park() (t T, r parkResult) {
+	e := w.e
+	if e.idleTime == 0 {
+		// This worker never parks. A producer that finds no searcher now
+		// finds room to start a worker, since we have left; and a push made
+		// before we left is seen by the look below.
+		e.release(0)
+		if e.queued() > 0 {
+			e.spawn()
+		}
+		return t, retire
+	}
+	e.idleMu.Lock()
+	if e.exiting {
+		e.idleMu.Unlock()
+		e.release(0)
+		return t, retire
+	}
+	e.idle.push(w)
+	e.idleMu.Unlock()
+
+	// A producer may have pushed after our last scan, seen no searcher and,
+	// before we were listed, no idle worker either. Look once more.
+	if t, ok := w.take(); ok {
+		e.idleMu.Lock()
+		listed := w.parked
+		if listed {
+			e.idle.remove(w)
+		}
+		e.idleMu.Unlock()
+		if !listed {
+			// A waker took us off the list and counted us as a searcher:
+			// take its go-ahead and return the count.
+			<-w.wake
+			e.searching.Add(-1)
+		}
+		return t, gotTask
+	}
+
+	if w.timer == nil {
+		w.timer = time.NewTimer(e.idleTime)
+	} else {
+		w.timer.Reset(e.idleTime)
+	}
+	for {
+		select {
+		case <-w.wake:
+			return t, woken
+		case <-w.timer.C:
+		}
+		e.idleMu.Lock()
+		if !w.parked { // a waker took us off the list; its go-ahead follows
+			e.idleMu.Unlock()
+			<-w.wake
+			return t, woken
+		}
+		if e.release(e.minWorkers.Load()) {
+			e.idle.remove(w)
+			e.idleMu.Unlock()
+			return t, retire
+		}
+		e.idleMu.Unlock()
+		w.timer.Reset(e.idleTime)
+	}
+}
+
+// idleList is a doubly linked list of parked workers. Wakers take the most
+// recently parked worker, whose stack and caches are warmest; the idle
+// timeout removes workers from anywhere in the list.
+type idleList[T any] struct {
+	head *worker[T]
+	n    atomic.Int32 // read without the lock to skip it when empty
+}
+
+func (l *idleList[T]) push(w *worker[T]) {
+	w.idlePrev, w.idleNext = nil, l.head
+	if l.head != nil {
+		l.head.idlePrev = w
+	}
+	l.head = w
+	w.parked = true
+	l.n.Add(1)
+}
+
+func (l *idleList[T]) pop() *worker[T] {
+	w := l.head
+	if w != nil {
+		l.remove(w)
+	}
+	return w
+}
+
+func (l *idleList[T]) remove(w *worker[T]) {
+	if w.idlePrev != nil {
+		w.idlePrev.idleNext = w.idleNext
+	} else {
+		l.head = w.idleNext
+	}
+	if w.idleNext != nil {
+		w.idleNext.idlePrev = w.idlePrev
+	}
+	w.idlePrev, w.idleNext = nil, nil
+	w.parked = false
+	l.n.Add(-1)
+}

@@ -1,0 +1,39 @@
+package crew
+
+// Stats is a snapshot of a pool's counters. The fields are read one at a
+// time while tasks run, so they agree with each other exactly only when the
+// pool is quiet.
+type Stats struct {
+	MaxWorkers int // the worker limit
+	Workers    int // live worker goroutines
+	Idle       int // workers parked waiting for a task
+	Running    int // tasks running now
+	Queued     int // tasks waiting for a worker
+
+	Submitted uint64 // tasks accepted
+	Completed uint64 // tasks that finished, whatever their outcome
+	Failed    uint64 // Submit tasks that returned an error, panicked or called Goexit
+	Panicked  uint64 // tasks that panicked
+	Dropped   uint64 // queued tasks that Shutdown removed
+}
+
+// Stats returns a snapshot of the pool's counters. It takes no lock that
+// tasks wait for; its cost grows with GOMAXPROCS, not with the pool's size.
+func (p *Pool) Stats() Stats {
+	if p.e == nil {
+		return Stats{}
+	}
+	s := p.e.Stats()
+	return Stats{
+		MaxWorkers: s.MaxWorkers,
+		Workers:    s.Workers,
+		Idle:       s.Idle,
+		Running:    int(max(0, s.Unfinished-s.Queued)),
+		Queued:     int(s.Queued),
+		Submitted:  s.Completed + s.Dropped + uint64(s.Unfinished),
+		Completed:  s.Completed,
+		Failed:     p.failed.Load(),
+		Panicked:   s.Panicked,
+		Dropped:    s.Dropped,
+	}
+}
