@@ -1,0 +1,49 @@
+package workload
+
+import (
+	"crypto/sha256"
+	"math/rand/v2"
+	"sync/atomic"
+	"time"
+)
+
+// A Task is a kind of work the users submit, with the workloads it runs under.
+type Task struct {
+	Name      string
+	Fn        func()
+	Workloads []Workload
+}
+
+// Tasks lists every task kind: the two of the matrix and the CPU-bound one.
+var Tasks = []Task{
+	{"rand", RandFloat, Matrix},
+	{"sleep", Sleep10ms, Matrix},
+	{"cpu", SHA256, []Workload{CPU}},
+}
+
+// sink keeps task results live so the compiler cannot drop the work.
+var sink atomic.Uint64
+
+// RandFloat draws one random float64, a task that takes a few nanoseconds.
+func RandFloat() {
+	if rand.Float64() >= 1 { // never true, but the compiler cannot know
+		sink.Add(1)
+	}
+}
+
+// Sleep10ms blocks for 10 ms: tasks bound by timers and parking, not CPU.
+func Sleep10ms() { time.Sleep(10 * time.Millisecond) }
+
+var shaInput = func() (b [256]byte) {
+	for i := range b {
+		b[i] = byte(i * 7)
+	}
+	return b
+}()
+
+// SHA256 hashes 256 bytes, a CPU-bound task of about a microsecond.
+func SHA256() {
+	if h := sha256.Sum256(shaInput[:]); h[0] == 0 && h[1] == 0 && h[2] == 0 {
+		sink.Add(1)
+	}
+}
