@@ -1,0 +1,472 @@
+package batch
+
+import (
+	"context"
+	"errors"
+	"log"
+	"math"
+	"reflect"
+	"sync"
+	"time"
+
+	"github.com/gocrew/crew"
+)
+
+// A Batcher collects items into batches and flushes them. All its methods
+// are safe for concurrent use. Create one with New and call Close when done:
+// until then it may hold unflushed items.
+type Batcher[T any] struct {
+	// Set by New, read-only afterwards.
+	flushFn    func(context.Context, []T) error
+	sizeFn     func(T) int
+	onError    func(context.Context, []T, error)
+	maxItems   int
+	maxBytes   int
+	maxWait    time.Duration
+	maxPending int
+	onFull     FullPolicy
+	maxFlushes int
+	maxFree    int // flushed slices kept for reuse
+	retry      retryPolicy
+	pool       *crew.Pool
+	ownPool    bool
+	drainFn    func()          // b.drain, made once so that dispatching does not allocate
+	flushCtx   context.Context // passed to flushes; canceled when Close gives up
+	cancel     context.CancelFunc
+	handlerCtx context.Context // passed to the error handler; never canceled
+
+	mu       sync.Mutex
+	buf      []T       // the open batch
+	bufBytes int       // its size by sizeFn (see dropOldestLocked)
+	bufStart time.Time // when its first item arrived
+	timer    *time.Timer
+	seq      uint64      // sequence number the open batch gets when sealed
+	ready    []sealed[T] // sealed batches waiting for a flusher, from head on
+	head     int
+	free     [][]T          // emptied batch slices for reuse, at most maxFree
+	inflight []uint64       // sequence numbers of the batches being flushed
+	flushing int            // flusher goroutines started and not finished
+	pending  int            // items accepted and not finished
+	space    chan struct{}  // closed when pending drops; made by the first waiter
+	waiters  []*flushWaiter // Flush calls waiting for their batches
+	closed   bool
+	drained  chan struct{} // made by Close, closed when the last flusher ends
+	closeErr error         // first failure of a batch finished after Close began
+	stats    Stats
+}
+
+// sealed is a batch handed over for flushing.
+type sealed[T any] struct {
+	items []T
+	seq   uint64
+}
+
+// New returns a Batcher that passes each batch to flush. flush is called
+// with a context that is canceled only when Close gives up waiting; it must
+// not keep the slice after it returns, because the slice is reused. A flush
+// that returns an error, or panics (the error is then a *crew.PanicError),
+// is retried and then handed to the error
+// handler (see WithRetry and WithErrorHandler).
+//
+// By default a batch is sealed at DefaultMaxItems items or after
+// DefaultMaxWait, batches are flushed one at a time on a crew pool of the
+// Batcher's own, a failed flush is not retried, and Add blocks while
+// 4*(flushes+1)*maxItems items are pending (see WithMaxPending).
+//
+// New panics, with an error wrapping crew.ErrInvalid, if flush is nil, an
+// option is invalid, or a function given to WithMaxBytes or
+// WithErrorHandler is for another item type than T.
+func New[T any](flush func(ctx context.Context, items []T) error, opts ...Option) *Batcher[T] {
+	s := defaultSettings()
+	if flush == nil {
+		s.errs = append(s.errs, invalid("New: nil flush function"))
+	}
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&s)
+		}
+	}
+	sizeFn, ok := s.sizeFn.(func(T) int)
+	if s.sizeFn != nil && !ok {
+		s.errs = append(s.errs, invalid("WithMaxBytes: size function is %T, want %v", s.sizeFn, reflect.TypeFor[func(T) int]()))
+	}
+	onError, ok := s.onError.(func(context.Context, []T, error))
+	if s.onError != nil && !ok {
+		s.errs = append(s.errs, invalid("WithErrorHandler: handler is %T, want %v", s.onError, reflect.TypeFor[func(context.Context, []T, error)]()))
+	}
+	if len(s.errs) > 0 {
+		panic(errors.Join(s.errs...))
+	}
+	if onError == nil {
+		onError = logFailure[T]
+	}
+	b := &Batcher[T]{
+		flushFn:    flush,
+		sizeFn:     sizeFn,
+		onError:    onError,
+		maxItems:   s.maxItems,
+		maxBytes:   s.maxBytes,
+		maxWait:    s.maxWait,
+		maxPending: s.maxPending,
+		onFull:     s.onFull,
+		maxFlushes: s.maxFlushes,
+		retry:      s.retry,
+		pool:       s.pool,
+		inflight:   make([]uint64, 0, s.maxFlushes),
+	}
+	if b.maxPending == 0 {
+		b.maxPending = defaultMaxPending(b.maxItems, b.maxFlushes)
+	}
+	// Keep every batch slice the bound lets exist, up to a limit.
+	b.maxFree = min(b.maxPending/b.maxItems+2, maxFreeBatches)
+	if b.pool == nil {
+		b.pool, b.ownPool = crew.New(s.maxFlushes), true
+	}
+	b.drainFn = b.drain
+	b.flushCtx, b.cancel = context.WithCancel(context.Background())
+	b.handlerCtx = context.WithoutCancel(b.flushCtx)
+	return b
+}
+
+// maxFreeBatches bounds the number of flushed slices kept for reuse.
+const maxFreeBatches = 64
+
+// defaultMaxPending returns the pending bound used when WithMaxPending is
+// not given: four full batches for each flush slot and for the open batch,
+// enough to keep the flushes busy.
+func defaultMaxPending(maxItems, maxFlushes int) int {
+	if maxFlushes >= math.MaxInt/8 || maxItems > math.MaxInt/4/(maxFlushes+1) {
+		return math.MaxInt
+	}
+	return 4 * (maxFlushes + 1) * maxItems
+}
+
+// logFailure is the error handler used when none is set.
+func logFailure[T any](_ context.Context, items []T, err error) {
+	if !errors.Is(err, ErrDropped) {
+		log.Printf("batch: %d items not flushed: %v", len(items), err)
+	}
+}
+
+// errMustWait tells Add that there is no room for an item yet.
+var errMustWait = errors.New("batch: must wait for room")
+
+// Add adds item to the open batch, which it may seal and hand to a flush.
+// It returns once the item is accepted, without waiting for the flush.
+// It waits only when the pending bound is reached with the Block policy
+// (or DropOldest with nothing to drop), until a flush finishes or ctx
+// ends, and then returns ctx.Err(). It returns ErrFull at the bound with
+// the Fail policy, and ErrClosed once Close has been called.
+func (b *Batcher[T]) Add(ctx context.Context, item T) error {
+	size := b.size(item)
+	b.mu.Lock()
+	for {
+		dropped, didDrop, err := b.roomLocked()
+		if err == nil {
+			b.acceptLocked(item, size, dropped, didDrop)
+			return nil
+		}
+		if err != errMustWait {
+			b.mu.Unlock()
+			return err
+		}
+		space := b.spaceLocked()
+		b.mu.Unlock()
+		select {
+		case <-space:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		b.mu.Lock()
+	}
+}
+
+// TryAdd is Add without waiting: it reports whether item was accepted. It
+// returns false once Close has been called, and at the pending bound unless
+// the policy is DropOldest and an item could be dropped.
+func (b *Batcher[T]) TryAdd(item T) bool {
+	size := b.size(item)
+	b.mu.Lock()
+	dropped, didDrop, err := b.roomLocked()
+	if err != nil {
+		if err == errMustWait {
+			b.stats.Rejected++
+		}
+		b.mu.Unlock()
+		return false
+	}
+	b.acceptLocked(item, size, dropped, didDrop)
+	return true
+}
+
+// acceptLocked appends item, unlocks b.mu, hands over the item that
+// DropOldest made room by dropping, and starts a flush if a batch was sealed.
+func (b *Batcher[T]) acceptLocked(item T, size int, dropped T, didDrop bool) {
+	start := b.appendLocked(item, size)
+	b.mu.Unlock()
+	if didDrop {
+		b.handOver([]T{dropped}, ErrDropped)
+	}
+	b.dispatch(start)
+}
+
+// Flush seals the open batch and waits until it and every batch sealed
+// before it are finished: flushed, or handed to the error handler. Items
+// added during the call may or may not be included. Flush returns nil if
+// all those batches were flushed, an error wrapping the first flush error
+// otherwise (the items are with the error handler by then), ctx.Err() if
+// ctx ends first (the flushes go on), and ErrClosed once Close has been
+// called.
+func (b *Batcher[T]) Flush(ctx context.Context) error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return ErrClosed
+	}
+	var start bool
+	if len(b.buf) > 0 {
+		start = b.sealLocked()
+	}
+	if b.lowestUnfinishedLocked() >= b.seq {
+		b.mu.Unlock()
+		return nil
+	}
+	w := &flushWaiter{before: b.seq, done: make(chan struct{})}
+	b.waiters = append(b.waiters, w)
+	b.mu.Unlock()
+	b.dispatch(start)
+	select {
+	case <-w.done:
+		return w.err
+	case <-ctx.Done():
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		select {
+		case <-w.done: // finished meanwhile
+			return w.err
+		default:
+		}
+		for i, o := range b.waiters {
+			if o == w {
+				b.waiters = append(b.waiters[:i], b.waiters[i+1:]...)
+				break
+			}
+		}
+		return ctx.Err()
+	}
+}
+
+// Close stops intake, flushes every item accepted, and waits for the
+// flushes, retries and error handler calls to finish; then it stops the
+// Batcher's own pool (never one given by WithPool). Add and TryAdd calls
+// waiting for room return ErrClosed. Close returns nil if the last batches
+// were flushed, an error wrapping the first flush error of a batch that
+// finished during the call otherwise, and ErrClosed if Close was already
+// called.
+//
+// If ctx ends first, Close gives up: it cancels the context of the running
+// flushes (which then skip their remaining retries and go to the error
+// handler), hands the batches not yet started to the error handler with an
+// error wrapping ErrClosed and ctx.Err(), and returns ctx.Err() without
+// waiting for the running flush calls to return.
+func (b *Batcher[T]) Close(ctx context.Context) error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return ErrClosed
+	}
+	b.closed = true
+	var start bool
+	if len(b.buf) > 0 {
+		start = b.sealLocked()
+	} else if b.timer != nil {
+		b.timer.Stop()
+	}
+	if b.space != nil {
+		close(b.space)
+		b.space = nil
+	}
+	b.drained = make(chan struct{})
+	if b.flushing == 0 {
+		close(b.drained)
+	}
+	drained := b.drained
+	b.mu.Unlock()
+	b.dispatch(start)
+	select {
+	case <-drained:
+	default: // prefer drained when ctx has ended too
+		select {
+		case <-drained:
+		case <-ctx.Done():
+			return b.abort(ctx)
+		}
+	}
+	b.cancel()
+	if b.ownPool {
+		b.pool.Stop()
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.closeErr
+}
+
+// Stats returns a snapshot of the Batcher's counters.
+func (b *Batcher[T]) Stats() Stats {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s := b.stats
+	s.Pending = b.pending
+	s.InFlight = len(b.inflight)
+	return s
+}
+
+// size returns the size of item for the byte bound, 0 without one.
+func (b *Batcher[T]) size(item T) int {
+	if b.sizeFn == nil {
+		return 0
+	}
+	return b.sizeFn(item)
+}
+
+// roomLocked makes room for one more item if the pending bound and its
+// policy allow it without waiting, dropping the oldest item for
+// DropOldest. It returns errMustWait if the caller has to wait for room.
+func (b *Batcher[T]) roomLocked() (dropped T, didDrop bool, err error) {
+	switch {
+	case b.closed:
+		err = ErrClosed
+	case b.maxPending == 0 || b.pending < b.maxPending:
+	case b.onFull == Fail:
+		b.stats.Rejected++
+		err = ErrFull
+	case b.onFull == DropOldest:
+		if dropped, didDrop = b.dropOldestLocked(); !didDrop {
+			err = errMustWait
+		}
+	default:
+		err = errMustWait
+	}
+	return dropped, didDrop, err
+}
+
+// appendLocked adds an item of the given size to the open batch, sealing
+// batches as the bounds say. It reports whether to start a flusher.
+func (b *Batcher[T]) appendLocked(item T, size int) (start bool) {
+	if b.maxBytes > 0 && len(b.buf) > 0 && b.bufBytes+size > b.maxBytes {
+		start = b.sealLocked()
+	}
+	if len(b.buf) == 0 {
+		if b.buf == nil {
+			b.buf = b.newBufLocked()
+		}
+		b.bufStart = time.Now()
+		if b.timer == nil {
+			b.timer = time.AfterFunc(b.maxWait, b.onTimer)
+		} else {
+			b.timer.Reset(b.maxWait)
+		}
+	}
+	b.buf = append(b.buf, item)
+	b.bufBytes += size
+	b.pending++
+	b.stats.Added++
+	if len(b.buf) >= b.maxItems || (b.maxBytes > 0 && b.bufBytes >= b.maxBytes) {
+		start = b.sealLocked() || start
+	}
+	return start
+}
+
+// newBufLocked returns an empty slice for a new batch, reusing a flushed
+// one if it can.
+func (b *Batcher[T]) newBufLocked() []T {
+	if n := len(b.free); n > 0 {
+		buf := b.free[n-1]
+		b.free[n-1] = nil
+		b.free = b.free[:n-1]
+		return buf
+	}
+	return make([]T, 0, min(b.maxItems, 1024))
+}
+
+// sealLocked queues the open batch, which must not be empty, for flushing.
+// It reports whether to start a flusher for it (see startLocked).
+func (b *Batcher[T]) sealLocked() bool {
+	b.timer.Stop()
+	if b.head > 0 && len(b.ready) == cap(b.ready) {
+		n := copy(b.ready, b.ready[b.head:])
+		clear(b.ready[n:])
+		b.ready, b.head = b.ready[:n], 0
+	}
+	b.ready = append(b.ready, sealed[T]{items: b.buf, seq: b.seq})
+	b.seq++
+	b.buf, b.bufBytes = nil, 0
+	return b.startLocked()
+}
+
+// onTimer seals the open batch once its first item has waited maxWait. A
+// call for an earlier batch finds a younger one and re-arms the timer.
+func (b *Batcher[T]) onTimer() {
+	b.mu.Lock()
+	if len(b.buf) == 0 {
+		b.mu.Unlock()
+		return
+	}
+	if left := b.maxWait - time.Since(b.bufStart); left > 0 {
+		b.timer.Reset(left)
+		b.mu.Unlock()
+		return
+	}
+	start := b.sealLocked()
+	b.mu.Unlock()
+	b.dispatch(start)
+}
+
+// dropOldestLocked removes the oldest item that no flush has taken yet and
+// reports whether there was one.
+func (b *Batcher[T]) dropOldestLocked() (old T, ok bool) {
+	items := &b.buf
+	for i := b.head; i < len(b.ready); i++ {
+		if len(b.ready[i].items) > 0 {
+			items = &b.ready[i].items
+			break
+		}
+	}
+	s := *items
+	if len(s) == 0 {
+		return old, false
+	}
+	old = s[0]
+	copy(s, s[1:])
+	var zero T
+	s[len(s)-1] = zero
+	*items = s[:len(s)-1]
+	b.pending--
+	b.stats.Dropped++
+	// The dropped item's bytes stay counted in bufBytes (sizeFn is not
+	// called under the lock): the open batch may be sealed early, never
+	// above the byte bound.
+	if len(b.buf) == 0 {
+		b.bufBytes = 0
+	}
+	return old, true
+}
+
+// spaceLocked returns a channel closed when pending items finish or the
+// Batcher closes.
+func (b *Batcher[T]) spaceLocked() chan struct{} {
+	if b.space == nil {
+		b.space = make(chan struct{})
+	}
+	return b.space
+}
+
+// handOver gives items to the error handler, logging a panic in it.
+func (b *Batcher[T]) handOver(items []T, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			log.Printf("batch: error handler panicked with %d items: %v", len(items), v)
+		}
+	}()
+	b.onError(b.handlerCtx, items, err)
+}

@@ -1,0 +1,771 @@
+package batch
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"math"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gocrew/crew"
+)
+
+var errBoom = errors.New("boom")
+
+func TestSizeTrigger(t *testing.T) {
+	checkLeaks(t)
+	ctx := context.Background()
+	rec := newRecorder[int]()
+	b := New(rec.flush, WithMaxItems(5), WithMaxWait(time.Hour))
+	for i := range 12 {
+		if err := b.Add(ctx, i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, want := range [][]int{seq(0, 5), seq(5, 10)} {
+		if got := rec.next(t); !slices.Equal(got, want) {
+			t.Fatalf("batch %v, want %v", got, want)
+		}
+	}
+	rec.none(t) // the last two items wait for a full batch, the timer or Close
+	if err := b.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := rec.next(t); !slices.Equal(got, seq(10, 12)) {
+		t.Fatalf("last batch %v, want [10 11]", got)
+	}
+	s := b.Stats()
+	if s.Added != 12 || s.Batches != 3 || s.Flushed != 12 || s.Pending != 0 || s.Latency.Count != 3 {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+func TestIntervalTrigger(t *testing.T) {
+	checkLeaks(t)
+	ctx := context.Background()
+	rec := newRecorder[int]()
+	const wait = 20 * time.Millisecond
+	b := New(rec.flush, WithMaxItems(1000), WithMaxWait(wait))
+	defer b.Close(ctx)
+	for round := range 2 { // the timer is armed again for the second batch
+		start := time.Now()
+		for i := range 3 {
+			if err := b.Add(ctx, round*3+i); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got := rec.next(t)
+		if elapsed := time.Since(start); elapsed < wait {
+			t.Errorf("batch flushed after %v, before the %v max wait", elapsed, wait)
+		}
+		if want := seq(round*3, round*3+3); !slices.Equal(got, want) {
+			t.Fatalf("batch %v, want %v", got, want)
+		}
+	}
+}
+
+func TestByteTrigger(t *testing.T) {
+	checkLeaks(t)
+	ctx := context.Background()
+	rec := newRecorder[string]()
+	b := New(rec.flush, WithMaxBytes(10, func(s string) int { return len(s) }), WithMaxWait(time.Hour))
+	for _, s := range []string{"aaaa", "bbbb", "cc", "ddddddd", "eee", "fffffff", "gggg", "hhhhhhhhhhhhhhh", "i"} {
+		if err := b.Add(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := [][]string{
+		{"aaaa", "bbbb", "cc"}, // exactly 10 bytes
+		{"ddddddd", "eee"},     // exactly 10 bytes
+		{"fffffff"},            // "gggg" would make it 11
+		{"gggg"},               // the next item is too big to join
+		{"hhhhhhhhhhhhhhh"},    // larger than the bound: alone
+	}
+	for _, w := range want {
+		if got := rec.next(t); !slices.Equal(got, w) {
+			t.Fatalf("batch %q, want %q", got, w)
+		}
+	}
+	rec.none(t)
+	if err := b.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := rec.next(t); !slices.Equal(got, []string{"i"}) {
+		t.Fatalf("last batch %q, want [i]", got)
+	}
+}
+
+func TestConcurrentAdd(t *testing.T) {
+	checkLeaks(t)
+	ctx := context.Background()
+	const producers, each = 8, 2000
+	var mu sync.Mutex
+	seen := make([]int, producers*each)
+	var maxLen atomic.Int64
+	flush := func(_ context.Context, items []int) error {
+		if n := int64(len(items)); n > maxLen.Load() {
+			maxLen.Store(n)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for _, it := range items {
+			seen[it]++
+		}
+		return nil
+	}
+	b := New(flush, WithMaxItems(50), WithMaxConcurrentFlushes(3), WithMaxWait(time.Millisecond))
+	var wg sync.WaitGroup
+	for p := range producers {
+		wg.Go(func() {
+			for i := range each {
+				item := p*each + i
+				if i%2 == 0 {
+					if err := b.Add(ctx, item); err != nil {
+						t.Error(err)
+					}
+				} else if !b.TryAdd(item) { // at the default bound
+					if err := b.Add(ctx, item); err != nil {
+						t.Error(err)
+					}
+				}
+				if i%500 == 0 {
+					if err := b.Flush(ctx); err != nil {
+						t.Error(err)
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if err := b.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for item, n := range seen {
+		if n != 1 {
+			t.Fatalf("item %d flushed %d times", item, n)
+		}
+	}
+	if n := maxLen.Load(); n > 50 {
+		t.Errorf("a batch had %d items, more than 50", n)
+	}
+	s := b.Stats()
+	if s.Added != producers*each || s.Flushed != producers*each || s.Pending != 0 || s.InFlight != 0 {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+func TestMaxConcurrentFlushes(t *testing.T) {
+	checkLeaks(t)
+	ctx := context.Background()
+	rec := newRecorder[int]()
+	release := rec.hold()
+	b := New(rec.flush, WithMaxItems(1), WithMaxConcurrentFlushes(3))
+	for i := range 10 {
+		if err := b.Add(ctx, i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 3 { // three flushes run at once...
+		rec.waitStarted(t)
+	}
+	if n := len(rec.started); n != 0 { // ...and no more
+		t.Fatalf("%d more flushes started beyond the limit of 3", n)
+	}
+	if s := b.Stats(); s.InFlight != 3 || s.Pending != 10 {
+		t.Fatalf("stats %+v", s)
+	}
+	release()
+	if err := b.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(rec.all)
+	if !slices.Equal(rec.all, seq(0, 10)) {
+		t.Fatalf("flushed %v", rec.all)
+	}
+}
+
+func TestCloseFlushesEverything(t *testing.T) {
+	checkLeaks(t)
+	ctx := context.Background()
+	rec := newRecorder[int]()
+	b := New(rec.flush, WithMaxItems(100), WithMaxWait(time.Hour), WithMaxConcurrentFlushes(2))
+	for i := range 250 {
+		if err := b.Add(ctx, i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(rec.all)
+	if !slices.Equal(rec.all, seq(0, 250)) {
+		t.Fatalf("flushed %d items, want 0..249", len(rec.all))
+	}
+	if err := b.Add(ctx, 1); !errors.Is(err, ErrClosed) {
+		t.Errorf("Add after Close: %v, want ErrClosed", err)
+	}
+	if b.TryAdd(1) {
+		t.Error("TryAdd after Close accepted the item")
+	}
+	if err := b.Flush(ctx); !errors.Is(err, ErrClosed) {
+		t.Errorf("Flush after Close: %v, want ErrClosed", err)
+	}
+	if err := b.Close(ctx); !errors.Is(err, ErrClosed) {
+		t.Errorf("second Close: %v, want ErrClosed", err)
+	}
+	if s := b.Stats(); s.Added != 250 || s.Flushed != 250 || s.Batches != 3 || s.Rejected != 0 {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+func TestCloseEmpty(t *testing.T) {
+	checkLeaks(t)
+	b := New(func(context.Context, []int) error { return nil })
+	if err := b.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestRetryThenHandOver(t *testing.T) {
+	checkLeaks(t)
+	ctx := context.Background()
+	var calls atomic.Int32
+	flush := func(context.Context, []int) error {
+		calls.Add(1)
+		return errBoom
+	}
+	h, handedCh := handler[int]()
+	b := New(flush, WithRetry(3, time.Millisecond, 2*time.Millisecond), WithErrorHandler(h))
+	for i := range 4 {
+		if err := b.Add(ctx, i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.Flush(ctx); !errors.Is(err, errBoom) {
+		t.Fatalf("Flush: %v, want an error wrapping errBoom", err)
+	}
+	got := receive(t, handedCh)
+	if !slices.Equal(got.items, seq(0, 4)) || !errors.Is(got.err, errBoom) {
+		t.Fatalf("handed %v, %v; want [0 1 2 3], errBoom", got.items, got.err)
+	}
+	if n := calls.Load(); n != 3 {
+		t.Errorf("flush called %d times, want 3", n)
+	}
+	if err := b.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s := b.Stats()
+	if s.Retries != 2 || s.FailedBatches != 1 || s.Failed != 4 || s.Batches != 0 || s.Latency.Count != 3 {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+func TestRetrySucceeds(t *testing.T) {
+	checkLeaks(t)
+	ctx := context.Background()
+	var calls atomic.Int32
+	flush := func(context.Context, []int) error {
+		if calls.Add(1) <= 2 {
+			return errBoom
+		}
+		return nil
+	}
+	h, handedCh := handler[int]()
+	b := New(flush, WithRetry(5, 0, 0), WithErrorHandler(h))
+	b.Add(ctx, 1)
+	if err := b.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(handedCh) != 0 {
+		t.Fatalf("error handler called: %v", <-handedCh)
+	}
+	if s := b.Stats(); s.Retries != 2 || s.Batches != 1 || s.Flushed != 1 || s.Failed != 0 {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+func TestFailureDuringClose(t *testing.T) {
+	checkLeaks(t)
+	h, handedCh := handler[int]()
+	b := New(func(context.Context, []int) error { return errBoom }, WithErrorHandler(h))
+	b.Add(context.Background(), 7)
+	if err := b.Close(context.Background()); !errors.Is(err, errBoom) {
+		t.Fatalf("Close: %v, want an error wrapping errBoom", err)
+	}
+	if got := receive(t, handedCh); !slices.Equal(got.items, []int{7}) {
+		t.Fatalf("handed %v, want [7]", got.items)
+	}
+}
+
+func TestPanicInFlush(t *testing.T) {
+	checkLeaks(t)
+	h, handedCh := handler[int]()
+	b := New(func(context.Context, []int) error { panic(errBoom) }, WithErrorHandler(h))
+	b.Add(context.Background(), 1)
+	b.Close(context.Background())
+	got := receive(t, handedCh)
+	var pe *crew.PanicError
+	if !errors.As(got.err, &pe) || !errors.Is(got.err, errBoom) || len(pe.Stack) == 0 {
+		t.Fatalf("handed error %v, want a *crew.PanicError wrapping errBoom", got.err)
+	}
+}
+
+func TestPanicInErrorHandler(t *testing.T) {
+	checkLeaks(t)
+	var logged bytes.Buffer
+	log.SetOutput(&logged)
+	defer log.SetOutput(os.Stderr)
+	b := New(func(context.Context, []int) error { return errBoom },
+		WithErrorHandler(func(context.Context, []int, error) { panic("handler") }))
+	b.Add(context.Background(), 1)
+	if err := b.Close(context.Background()); !errors.Is(err, errBoom) {
+		t.Fatalf("Close: %v", err)
+	}
+	if !strings.Contains(logged.String(), "error handler panicked") {
+		t.Errorf("panic not logged: %q", logged.String())
+	}
+	if s := b.Stats(); s.Failed != 1 || s.Pending != 0 {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+func TestBlockWhenFull(t *testing.T) {
+	checkLeaks(t)
+	ctx := context.Background()
+	rec := newRecorder[int]()
+	release := rec.hold()
+	b := New(rec.flush, WithMaxItems(2), WithMaxWait(time.Hour), WithMaxPending(4, Block))
+	for i := range 4 {
+		if err := b.Add(ctx, i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	short, cancel := context.WithTimeout(ctx, 10*time.Millisecond)
+	defer cancel()
+	if err := b.Add(short, 4); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Add when full: %v, want DeadlineExceeded", err)
+	}
+	if b.TryAdd(4) {
+		t.Fatal("TryAdd accepted an item beyond the bound")
+	}
+	done := make(chan error)
+	go func() { done <- b.Add(ctx, 4) }()
+	select {
+	case err := <-done:
+		t.Fatalf("Add returned %v while full", err)
+	default:
+	}
+	release()
+	if err := receive(t, done); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(rec.all)
+	if !slices.Equal(rec.all, seq(0, 5)) {
+		t.Fatalf("flushed %v", rec.all)
+	}
+	if s := b.Stats(); s.Rejected != 1 || s.Added != 5 {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+func TestCloseWakesBlockedAdd(t *testing.T) {
+	checkLeaks(t)
+	ctx := context.Background()
+	rec := newRecorder[int]()
+	release := rec.hold()
+	defer release()
+	b := New(rec.flush, WithMaxItems(1), WithMaxPending(1, Block))
+	b.Add(ctx, 0)
+	done := make(chan error)
+	go func() { done <- b.Add(ctx, 1) }()
+	closed := make(chan error)
+	go func() { closed <- b.Close(ctx) }()
+	if err := receive(t, done); !errors.Is(err, ErrClosed) {
+		t.Fatalf("blocked Add: %v, want ErrClosed", err)
+	}
+	release()
+	if err := receive(t, closed); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestFailWhenFull(t *testing.T) {
+	checkLeaks(t)
+	ctx := context.Background()
+	rec := newRecorder[int]()
+	release := rec.hold()
+	b := New(rec.flush, WithMaxItems(2), WithMaxPending(2, Fail))
+	b.Add(ctx, 0)
+	b.Add(ctx, 1)
+	if err := b.Add(ctx, 2); !errors.Is(err, ErrFull) {
+		t.Fatalf("Add when full: %v, want ErrFull", err)
+	}
+	release()
+	if err := b.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if s := b.Stats(); s.Rejected != 1 || s.Flushed != 2 {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+func TestDropOldest(t *testing.T) {
+	checkLeaks(t)
+	ctx := context.Background()
+	rec := newRecorder[int]()
+	release := rec.hold()
+	h, handedCh := handler[int]()
+	b := New(rec.flush, WithMaxItems(2), WithMaxWait(time.Hour), WithMaxPending(3, DropOldest), WithErrorHandler(h))
+	b.Add(ctx, 0)
+	b.Add(ctx, 1) // seals [0 1]
+	rec.waitStarted(t)
+	for i := 2; i < 5; i++ { // 2 is buffered, 3 replaces it, 4 replaces 3
+		if err := b.Add(ctx, i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, want := range []int{2, 3} {
+		got := receive(t, handedCh)
+		if !slices.Equal(got.items, []int{want}) || !errors.Is(got.err, ErrDropped) {
+			t.Fatalf("handed %v, %v; want [%d], ErrDropped", got.items, got.err, want)
+		}
+	}
+	release()
+	if err := b.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(rec.all, []int{0, 1, 4}) {
+		t.Fatalf("flushed %v, want [0 1 4]", rec.all)
+	}
+	if s := b.Stats(); s.Dropped != 2 || s.Added != 5 || s.Flushed != 3 {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+func TestDropOldestFromSealedBatch(t *testing.T) {
+	checkLeaks(t)
+	ctx := context.Background()
+	rec := newRecorder[int]()
+	release := rec.hold()
+	h, handedCh := handler[int]()
+	b := New(rec.flush, WithMaxItems(2), WithMaxWait(time.Hour), WithMaxPending(4, DropOldest), WithErrorHandler(h))
+	for i := range 4 { // [0 1] is being flushed, [2 3] waits for it
+		b.Add(ctx, i)
+	}
+	rec.waitStarted(t)
+	b.Add(ctx, 4) // drops 2
+	b.Add(ctx, 5) // drops 3, seals [4 5]
+	b.Add(ctx, 6) // drops 4 from the next sealed batch
+	for _, want := range []int{2, 3, 4} {
+		if got := receive(t, handedCh); !slices.Equal(got.items, []int{want}) {
+			t.Fatalf("handed %v, want [%d]", got.items, want)
+		}
+	}
+	release()
+	if err := b.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(rec.all, []int{0, 1, 5, 6}) {
+		t.Fatalf("flushed %v, want [0 1 5 6]", rec.all)
+	}
+}
+
+func TestDropOldestNothingToDrop(t *testing.T) {
+	checkLeaks(t)
+	ctx := context.Background()
+	rec := newRecorder[int]()
+	release := rec.hold()
+	b := New(rec.flush, WithMaxItems(2), WithMaxPending(2, DropOldest))
+	b.Add(ctx, 0)
+	b.Add(ctx, 1)
+	rec.waitStarted(t)
+	if b.TryAdd(2) {
+		t.Fatal("TryAdd dropped an item being flushed")
+	}
+	release()
+	if err := b.Add(ctx, 2); err != nil { // waits for the flush
+		t.Fatal(err)
+	}
+	if err := b.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(rec.all, []int{0, 1, 2}) {
+		t.Fatalf("flushed %v", rec.all)
+	}
+}
+
+func TestFlushWaits(t *testing.T) {
+	checkLeaks(t)
+	ctx := context.Background()
+	rec := newRecorder[int]()
+	release := rec.hold()
+	b := New(rec.flush, WithMaxWait(time.Hour))
+	if err := b.Flush(ctx); err != nil { // nothing to flush
+		t.Fatal(err)
+	}
+	b.Add(ctx, 1)
+	short, cancel := context.WithTimeout(ctx, 10*time.Millisecond)
+	defer cancel()
+	if err := b.Flush(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Flush: %v, want DeadlineExceeded", err)
+	}
+	release()
+	if err := b.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(rec.all, []int{1}) || b.Stats().Pending != 0 {
+		t.Fatalf("flushed %v, stats %+v", rec.all, b.Stats())
+	}
+	if err := b.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestCloseGivesUp(t *testing.T) {
+	checkLeaks(t)
+	rec := newRecorder[int]()
+	rec.hold() // flushes end only when their context is canceled
+	h, handedCh := handler[int]()
+	b := New(rec.flush, WithMaxItems(1), WithErrorHandler(h), WithRetry(5, time.Millisecond, time.Millisecond))
+	for i := range 3 {
+		b.Add(context.Background(), i)
+	}
+	rec.waitStarted(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancel()
+	if err := b.Close(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Close: %v, want DeadlineExceeded", err)
+	}
+	var got []int
+	for range 3 {
+		h := receive(t, handedCh)
+		if !errors.Is(h.err, context.Canceled) && !(errors.Is(h.err, ErrClosed) && errors.Is(h.err, context.DeadlineExceeded)) {
+			t.Errorf("handed %v with %v", h.items, h.err)
+		}
+		got = append(got, h.items...)
+	}
+	slices.Sort(got)
+	if !slices.Equal(got, []int{0, 1, 2}) {
+		t.Fatalf("handed %v, want [0 1 2]", got)
+	}
+	deadline := time.Now().Add(waitFor)
+	for b.Stats().Pending != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("stats %+v", b.Stats())
+		}
+		time.Sleep(time.Millisecond) // polling, bounded by the deadline
+	}
+}
+
+func TestSharedPool(t *testing.T) {
+	checkLeaks(t)
+	ctx := context.Background()
+	p := crew.New(4)
+	defer p.Stop()
+	rec := newRecorder[int]()
+	b := New(rec.flush, WithPool(p), WithMaxConcurrentFlushes(2), WithMaxItems(3))
+	for i := range 10 {
+		b.Add(ctx, i)
+	}
+	if err := b.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(rec.all) != 10 {
+		t.Fatalf("flushed %v", rec.all)
+	}
+	ran := make(chan struct{})
+	if err := p.Go(func() { close(ran) }); err != nil { // Close left the pool running
+		t.Fatal(err)
+	}
+	receive(t, ran)
+}
+
+func TestStoppedPool(t *testing.T) {
+	checkLeaks(t)
+	ctx := context.Background()
+	p := crew.New(1)
+	p.Stop()
+	rec := newRecorder[int]()
+	b := New(rec.flush, WithPool(p), WithMaxItems(2))
+	for i := range 5 {
+		b.Add(ctx, i)
+	}
+	if err := b.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(rec.all)
+	if !slices.Equal(rec.all, seq(0, 5)) {
+		t.Fatalf("flushed %v", rec.all)
+	}
+}
+
+func TestManyBatchersLeaveNoGoroutine(t *testing.T) {
+	checkLeaks(t)
+	ctx := context.Background()
+	for i := range 20 {
+		b := New(func(context.Context, []int) error { return nil },
+			WithMaxItems(7), WithMaxWait(time.Millisecond), WithMaxConcurrentFlushes(1+i%3))
+		for j := range 30 {
+			b.Add(ctx, j)
+		}
+		if err := b.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestAddDoesNotAllocatePerItem(t *testing.T) {
+	ctx := context.Background()
+	b := New(func(context.Context, []int) error { return nil }, WithMaxItems(64), WithMaxWait(time.Hour))
+	defer b.Close(ctx)
+	for i := range 64 * 100 { // warm up the recycled slices
+		b.Add(ctx, i)
+	}
+	allocs := testing.AllocsPerRun(100, func() {
+		for i := range 64 { // one batch per run
+			b.Add(ctx, i)
+		}
+	})
+	// Sealing a batch may allocate (starting a flush, a fresh slice when
+	// the flusher lags); the items themselves must not.
+	if allocs > 8 {
+		t.Fatalf("%v allocations per 64 items", allocs)
+	}
+}
+
+func TestInvalidConfig(t *testing.T) {
+	flush := func(context.Context, []int) error { return nil }
+	cases := []struct {
+		name  string
+		flush func(context.Context, []int) error
+		opt   Option
+	}{
+		{"nil flush", nil, nil},
+		{"max items", flush, WithMaxItems(0)},
+		{"max bytes", flush, WithMaxBytes(-1, func(int) int { return 1 })},
+		{"nil size", flush, WithMaxBytes[int](10, nil)},
+		{"size type", flush, WithMaxBytes(10, func(s string) int { return len(s) })},
+		{"max wait", flush, WithMaxWait(0)},
+		{"flushes", flush, WithMaxConcurrentFlushes(0)},
+		{"nil pool", flush, WithPool(nil)},
+		{"max pending", flush, WithMaxPending(0, Block)},
+		{"policy", flush, WithMaxPending(1, FullPolicy(7))},
+		{"attempts", flush, WithRetry(0, 0, 0)},
+		{"delays", flush, WithRetry(2, time.Second, time.Millisecond)},
+		{"nil handler", flush, WithErrorHandler[int](nil)},
+		{"handler type", flush, WithErrorHandler(func(context.Context, []string, error) {})},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			defer func() {
+				err, _ := recover().(error)
+				if !errors.Is(err, crew.ErrInvalid) {
+					t.Fatalf("New panicked with %v, want crew.ErrInvalid", err)
+				}
+				t.Log(err)
+			}()
+			New(c.flush, c.opt)
+			t.Fatal("New did not panic")
+		})
+	}
+}
+
+func TestFullPolicyString(t *testing.T) {
+	got := fmt.Sprint(Block, Fail, DropOldest, FullPolicy(9))
+	if want := "Block Fail DropOldest FullPolicy(9)"; got != want {
+		t.Fatalf("%q, want %q", got, want)
+	}
+}
+
+func BenchmarkAdd(b *testing.B) {
+	ctx := context.Background()
+	bt := New(func(context.Context, []int) error { return nil }, WithMaxItems(100))
+	defer bt.Close(ctx)
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		bt.Add(ctx, i)
+	}
+}
+
+func BenchmarkAddParallel(b *testing.B) {
+	ctx := context.Background()
+	bt := New(func(context.Context, []int) error { return nil }, WithMaxItems(100), WithMaxConcurrentFlushes(2))
+	defer bt.Close(ctx)
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for i := 0; pb.Next(); i++ {
+			bt.Add(ctx, i)
+		}
+	})
+}
+
+func TestDefaultErrorHandlerLogs(t *testing.T) {
+	checkLeaks(t)
+	var logged bytes.Buffer
+	log.SetOutput(&logged)
+	defer log.SetOutput(os.Stderr)
+	ctx := context.Background()
+	started, release := make(chan struct{}, 3), make(chan struct{})
+	b := New(func(_ context.Context, items []int) error {
+		started <- struct{}{}
+		<-release
+		if items[0] == 0 {
+			return errBoom
+		}
+		return nil
+	}, WithMaxItems(1), WithMaxPending(2, DropOldest))
+	b.Add(ctx, 0) // will fail
+	receive(t, started)
+	b.Add(ctx, 1) // waits for a flusher
+	b.Add(ctx, 2) // drops 1: not logged
+	close(release)
+	if err := b.Close(ctx); !errors.Is(err, errBoom) {
+		t.Fatalf("Close: %v, want an error wrapping errBoom", err)
+	}
+	if got := logged.String(); strings.Count(got, "\n") != 1 || !strings.Contains(got, "1 items not flushed: boom") {
+		t.Fatalf("logged %q, want one line about the failed flush", got)
+	}
+}
+
+func TestTimerFiringForAnOlderBatch(t *testing.T) {
+	checkLeaks(t)
+	ctx := context.Background()
+	rec := newRecorder[int]()
+	b := New(rec.flush, WithMaxWait(time.Hour))
+	b.onTimer() // nothing buffered: nothing to do
+	b.Add(ctx, 1)
+	b.onTimer() // a late call for an earlier batch: the open one is young
+	rec.none(t)
+	if s := b.Stats(); s.Pending != 1 {
+		t.Fatalf("stats %+v", s)
+	}
+	if err := b.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(rec.all, []int{1}) {
+		t.Fatalf("flushed %v", rec.all)
+	}
+}
+
+func TestDefaultMaxPending(t *testing.T) {
+	if got := defaultMaxPending(100, 1); got != 800 {
+		t.Errorf("defaultMaxPending(100, 1) = %d, want 800", got)
+	}
+	if got := defaultMaxPending(math.MaxInt/2, 3); got != math.MaxInt {
+		t.Errorf("defaultMaxPending overflowed to %d", got)
+	}
+}

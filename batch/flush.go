@@ -1,0 +1,224 @@
+package batch
+
+import (
+	"context"
+	"fmt"
+	"runtime/debug"
+	"slices"
+	"time"
+
+	"github.com/gocrew/crew"
+)
+
+// A flushWaiter is a Flush call waiting for the batches sealed before it.
+type flushWaiter struct {
+	before uint64        // it waits for the batches numbered below this
+	done   chan struct{} // closed when they are finished
+	err    error         // the first failure among them, set before done closes
+}
+
+// outcome is what happened to one batch.
+type outcome struct {
+	err      error         // nil if flushed
+	attempts int           // flush calls made
+	latency  time.Duration // duration of the last call
+}
+
+// startLocked reports whether a flusher should be started, and counts it
+// if so: when batches wait, no flusher is starting already (one that is
+// will take them, and starts the next if more wait) and the concurrency
+// limit allows. Flushers thus start one after the other while a backlog
+// lasts, like the Go scheduler wakes one spinning thread at a time.
+func (b *Batcher[T]) startLocked() bool {
+	if b.head < len(b.ready) && b.flushing == len(b.inflight) && b.flushing < b.maxFlushes {
+		b.flushing++
+		return true
+	}
+	return false
+}
+
+// dispatch starts a flusher on the pool if start is true. If the pool
+// refuses (it was stopped), the flusher runs here instead, so that no batch
+// is left behind.
+func (b *Batcher[T]) dispatch(start bool) {
+	if start && b.pool.Go(b.drainFn) != nil {
+		b.drain()
+	}
+}
+
+// drain is a flusher: it flushes queued batches until there is none left.
+// Taking a batch, it starts another flusher if more batches wait; if the
+// pool cannot take that one at once, this flusher gets through the backlog
+// alone.
+func (b *Batcher[T]) drain() {
+	b.mu.Lock()
+	for b.head < len(b.ready) {
+		s := b.ready[b.head]
+		b.ready[b.head] = sealed[T]{}
+		b.head++
+		if b.head == len(b.ready) {
+			b.ready, b.head = b.ready[:0], 0
+		}
+		b.inflight = append(b.inflight, s.seq)
+		next := b.startLocked()
+		b.mu.Unlock()
+		if next && !b.pool.TrySubmit(b.drainFn) {
+			b.mu.Lock()
+			b.flushing--
+			b.mu.Unlock()
+		}
+		o := b.deliver(s.items)
+		clear(s.items)
+		b.mu.Lock()
+		b.finishLocked(s, o)
+	}
+	b.flushing--
+	if b.flushing == 0 && b.drained != nil {
+		close(b.drained)
+	}
+	b.mu.Unlock()
+}
+
+// deliver flushes items, retrying as the policy says, and hands them to
+// the error handler if the last attempt fails.
+func (b *Batcher[T]) deliver(items []T) outcome {
+	var o outcome
+	if len(items) == 0 { // every item was dropped
+		return o
+	}
+	for {
+		o.attempts++
+		start := time.Now()
+		err := b.call(items)
+		o.latency = time.Since(start)
+		if err == nil {
+			return o
+		}
+		if o.attempts >= b.retry.attempts || b.flushCtx.Err() != nil {
+			o.err = err
+			break
+		}
+		b.mu.Lock()
+		b.stats.Latency.observe(o.latency)
+		b.mu.Unlock()
+		if !b.retry.wait(b.flushCtx, o.attempts) {
+			o.err = err
+			break
+		}
+	}
+	b.handOver(items, o.err)
+	return o
+}
+
+// call calls the flush function once, turning a panic into a
+// *crew.PanicError.
+func (b *Batcher[T]) call(items []T) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &crew.PanicError{Value: v, Stack: debug.Stack()}
+		}
+	}()
+	return b.flushFn(b.flushCtx, items)
+}
+
+// finishLocked records the outcome of batch s, recycles its slice and
+// wakes whoever waits for it.
+func (b *Batcher[T]) finishLocked(s sealed[T], o outcome) {
+	n := len(s.items)
+	b.pending -= n
+	if o.attempts > 0 {
+		b.stats.Latency.observe(o.latency)
+		b.stats.Retries += uint64(o.attempts - 1)
+	}
+	switch {
+	case o.err != nil:
+		b.stats.FailedBatches++
+		b.stats.Failed += uint64(n)
+		err := fmt.Errorf("batch: %d items handed to the error handler: %w", n, o.err)
+		for _, w := range b.waiters {
+			if s.seq < w.before && w.err == nil {
+				w.err = err
+			}
+		}
+		if b.closed && b.closeErr == nil {
+			b.closeErr = err
+		}
+	case o.attempts > 0:
+		b.stats.Batches++
+		b.stats.Flushed += uint64(n)
+	}
+	if i := slices.Index(b.inflight, s.seq); i >= 0 {
+		last := len(b.inflight) - 1
+		b.inflight[i] = b.inflight[last]
+		b.inflight = b.inflight[:last]
+	}
+	if len(b.free) < b.maxFree {
+		b.free = append(b.free, s.items[:0])
+	}
+	if b.space != nil && b.pending < b.maxPending {
+		close(b.space)
+		b.space = nil
+	}
+	if len(b.waiters) > 0 {
+		b.wakeWaitersLocked()
+	}
+}
+
+// lowestUnfinishedLocked returns the sequence number of the oldest batch
+// not finished, the open batch's if all sealed ones are.
+func (b *Batcher[T]) lowestUnfinishedLocked() uint64 {
+	low := b.seq
+	if b.head < len(b.ready) {
+		low = b.ready[b.head].seq
+	}
+	for _, seq := range b.inflight {
+		low = min(low, seq)
+	}
+	return low
+}
+
+// wakeWaitersLocked releases the Flush calls whose batches are finished.
+func (b *Batcher[T]) wakeWaitersLocked() {
+	low := b.lowestUnfinishedLocked()
+	kept := b.waiters[:0]
+	for _, w := range b.waiters {
+		if w.before <= low {
+			close(w.done)
+		} else {
+			kept = append(kept, w)
+		}
+	}
+	clear(b.waiters[len(kept):])
+	b.waiters = kept
+}
+
+// abort is Close giving up when ctx ends: the running flushes are
+// canceled and the batches no flusher took yet go to the error handler.
+func (b *Batcher[T]) abort(ctx context.Context) error {
+	b.cancel()
+	b.mu.Lock()
+	left := slices.Clone(b.ready[b.head:])
+	clear(b.ready)
+	b.ready, b.head = b.ready[:0], 0
+	for _, s := range left {
+		b.inflight = append(b.inflight, s.seq)
+	}
+	b.mu.Unlock()
+	err := fmt.Errorf("%w before the flush: %w", ErrClosed, ctx.Err())
+	for _, s := range left {
+		var o outcome
+		if len(s.items) > 0 { // not emptied by DropOldest
+			b.handOver(s.items, err)
+			clear(s.items)
+			o.err = err
+		}
+		b.mu.Lock()
+		b.finishLocked(s, o)
+		b.mu.Unlock()
+	}
+	if b.ownPool {
+		// The pool's workers end when the running flush calls return.
+		go b.pool.Stop()
+	}
+	return ctx.Err()
+}

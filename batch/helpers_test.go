@@ -1,0 +1,139 @@
+package batch
+
+import (
+	"context"
+	"runtime"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+)
+
+// waitFor is how long a test waits for something that should happen soon.
+const waitFor = 5 * time.Second
+
+// checkLeaks fails t if, after the test and its cleanups, more goroutines
+// run than before it, once the stragglers have had waitFor to end.
+func checkLeaks(t *testing.T) {
+	t.Helper()
+	before := runtime.NumGoroutine()
+	t.Cleanup(func() {
+		deadline := time.Now().Add(waitFor)
+		for runtime.NumGoroutine() > before {
+			if time.Now().After(deadline) {
+				buf := make([]byte, 1<<20)
+				buf = buf[:runtime.Stack(buf, true)]
+				t.Errorf("%d goroutines before the test, %d after:\n%s", before, runtime.NumGoroutine(), buf)
+				return
+			}
+			time.Sleep(time.Millisecond) // polling, bounded by the deadline
+		}
+	})
+}
+
+// recorder is a flush function that records a copy of every batch and
+// can hold flushes back.
+type recorder[T any] struct {
+	batches chan []T      // every batch flushed, in order
+	started chan struct{} // receives once per flush call, before gate
+	gate    chan struct{} // when not nil, flushes wait until it is closed
+
+	mu  sync.Mutex
+	all []T
+}
+
+func newRecorder[T any]() *recorder[T] {
+	return &recorder[T]{batches: make(chan []T, 1024), started: make(chan struct{}, 1024)}
+}
+
+// hold makes flushes wait until the returned function is called.
+func (r *recorder[T]) hold() (release func()) {
+	r.gate = make(chan struct{})
+	return sync.OnceFunc(func() { close(r.gate) })
+}
+
+func (r *recorder[T]) flush(ctx context.Context, items []T) error {
+	r.started <- struct{}{}
+	if r.gate != nil {
+		select {
+		case <-r.gate:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	c := slices.Clone(items)
+	r.mu.Lock()
+	r.all = append(r.all, c...)
+	r.mu.Unlock()
+	r.batches <- c
+	return nil
+}
+
+// next returns the next batch flushed, failing t if none comes in time.
+func (r *recorder[T]) next(t *testing.T) []T {
+	t.Helper()
+	select {
+	case b := <-r.batches:
+		return b
+	case <-time.After(waitFor):
+		t.Fatal("no batch flushed in time")
+		return nil
+	}
+}
+
+// none fails t if a batch was flushed and not taken by next.
+func (r *recorder[T]) none(t *testing.T) {
+	t.Helper()
+	select {
+	case b := <-r.batches:
+		t.Fatalf("unexpected batch %v", b)
+	default:
+	}
+}
+
+// waitStarted waits for a flush call to begin.
+func (r *recorder[T]) waitStarted(t *testing.T) {
+	t.Helper()
+	select {
+	case <-r.started:
+	case <-time.After(waitFor):
+		t.Fatal("no flush started in time")
+	}
+}
+
+// handed is one call of an error handler.
+type handed[T any] struct {
+	items []T
+	err   error
+}
+
+// handler returns an error handler sending copies of its calls on the
+// returned channel.
+func handler[T any]() (func(context.Context, []T, error), chan handed[T]) {
+	ch := make(chan handed[T], 1024)
+	return func(_ context.Context, items []T, err error) {
+		ch <- handed[T]{slices.Clone(items), err}
+	}, ch
+}
+
+// receive returns the next value from ch, failing t if none comes in time.
+func receive[V any](t *testing.T, ch <-chan V) V {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(waitFor):
+		t.Fatal("nothing received in time")
+		var zero V
+		return zero
+	}
+}
+
+// seq returns the ints from lo to hi-1.
+func seq(lo, hi int) []int {
+	s := make([]int, 0, hi-lo)
+	for i := lo; i < hi; i++ {
+		s = append(s, i)
+	}
+	return s
+}

@@ -1,0 +1,211 @@
+package batch
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/gocrew/crew"
+)
+
+// Defaults used by New for what no option sets.
+const (
+	// DefaultMaxItems is the number of items that seals a batch.
+	DefaultMaxItems = 100
+	// DefaultMaxWait is how long the first item of a batch waits at most
+	// before the batch is sealed.
+	DefaultMaxWait = 100 * time.Millisecond
+)
+
+// An Option configures a Batcher; pass options to New. An invalid option
+// (a non-positive size, a nil function, an unknown policy) makes New panic
+// with an error wrapping crew.ErrInvalid.
+type Option func(*settings)
+
+// FullPolicy says what Add does when the pending bound set by
+// WithMaxPending is reached.
+type FullPolicy int
+
+const (
+	// Block makes Add wait until a flush finishes and makes room, or until
+	// its context ends. TryAdd returns false.
+	Block FullPolicy = iota
+	// Fail makes Add return ErrFull at once. TryAdd returns false.
+	Fail
+	// DropOldest discards the oldest item not yet being flushed, hands it
+	// to the error handler with ErrDropped, and accepts the new one. When
+	// every pending item is being flushed, nothing can be dropped: Add waits
+	// as with Block and TryAdd returns false.
+	DropOldest
+)
+
+// String returns the policy's name.
+func (p FullPolicy) String() string {
+	switch p {
+	case Block:
+		return "Block"
+	case Fail:
+		return "Fail"
+	case DropOldest:
+		return "DropOldest"
+	}
+	return fmt.Sprintf("FullPolicy(%d)", int(p))
+}
+
+// settings collects what the options set. The fields typed any hold
+// functions of the item type, checked against it by New.
+type settings struct {
+	maxItems   int
+	maxBytes   int
+	sizeFn     any // func(T) int
+	maxWait    time.Duration
+	maxFlushes int
+	pool       *crew.Pool
+	maxPending int
+	onFull     FullPolicy
+	retry      retryPolicy
+	onError    any // func(context.Context, []T, error)
+	errs       []error
+}
+
+func defaultSettings() settings {
+	return settings{
+		maxItems:   DefaultMaxItems,
+		maxWait:    DefaultMaxWait,
+		maxFlushes: 1,
+		retry:      retryPolicy{attempts: 1},
+	}
+}
+
+// WithMaxItems seals a batch as soon as it holds n items. n must be
+// positive; the default is DefaultMaxItems.
+func WithMaxItems(n int) Option {
+	return func(s *settings) {
+		if n <= 0 {
+			s.errs = append(s.errs, invalid("WithMaxItems(%d): n must be positive", n))
+			return
+		}
+		s.maxItems = n
+	}
+}
+
+// WithMaxBytes bounds a batch to n bytes as measured by size, which must be
+// a cheap, pure function of the item (it is called once per Add, outside the
+// batcher's lock). An item that would take the batch over n seals the batch
+// first and starts the next one; an item larger than n on its own is
+// flushed alone. n must be positive and size not nil; T must be the
+// Batcher's item type. There is no byte bound by default.
+func WithMaxBytes[T any](n int, size func(T) int) Option {
+	return func(s *settings) {
+		switch {
+		case n <= 0:
+			s.errs = append(s.errs, invalid("WithMaxBytes(%d): n must be positive", n))
+		case size == nil:
+			s.errs = append(s.errs, invalid("WithMaxBytes: nil size function"))
+		default:
+			s.maxBytes, s.sizeFn = n, size
+		}
+	}
+}
+
+// WithMaxWait seals a batch when its first item has waited d, however few
+// items it holds. One timer is armed when a batch gets its first item;
+// nothing runs while the batcher is idle. d must be positive; the default
+// is DefaultMaxWait.
+func WithMaxWait(d time.Duration) Option {
+	return func(s *settings) {
+		if d <= 0 {
+			s.errs = append(s.errs, invalid("WithMaxWait(%v): d must be positive", d))
+			return
+		}
+		s.maxWait = d
+	}
+}
+
+// WithMaxConcurrentFlushes lets up to n flushes run at the same time. The
+// default, 1, flushes batches one at a time in the order they were sealed.
+// Without WithPool, New creates a crew pool of n workers for the flushes and
+// Close stops it. n must be positive.
+func WithMaxConcurrentFlushes(n int) Option {
+	return func(s *settings) {
+		if n <= 0 {
+			s.errs = append(s.errs, invalid("WithMaxConcurrentFlushes(%d): n must be positive", n))
+			return
+		}
+		s.maxFlushes = n
+	}
+}
+
+// WithPool runs the flushes on p, which may be shared with other work,
+// instead of a pool of the Batcher's own. The Batcher never stops p. A
+// flusher goroutine takes batches one after the other; the first is
+// submitted with p.Go by the call that seals a batch (Add, Flush, Close or
+// the timer), which waits if p's queue is bounded and full, and runs the
+// flusher itself if p was stopped. Further flushers, for a backlog, are
+// submitted with p.TrySubmit and skipped if p has no room. p must not be
+// nil.
+func WithPool(p *crew.Pool) Option {
+	return func(s *settings) {
+		if p == nil {
+			s.errs = append(s.errs, invalid("WithPool: nil pool"))
+			return
+		}
+		s.pool = p
+	}
+}
+
+// WithMaxPending bounds the items accepted but not finished (buffered,
+// waiting for a flush, being flushed or retried) to n, and sets what Add
+// does at the bound. n should be at least the batch size, or batches are
+// sealed by the timer only; math.MaxInt means no bound. n must be positive.
+// Without this option the bound is 4*(flushes+1)*maxItems, four full
+// batches for each flush slot and for the open batch, with Block.
+func WithMaxPending(n int, policy FullPolicy) Option {
+	return func(s *settings) {
+		switch {
+		case n <= 0:
+			s.errs = append(s.errs, invalid("WithMaxPending(%d): n must be positive", n))
+		case policy < Block || policy > DropOldest:
+			s.errs = append(s.errs, invalid("WithMaxPending: unknown policy %v", policy))
+		default:
+			s.maxPending, s.onFull = n, policy
+		}
+	}
+}
+
+// WithRetry calls a failing flush up to attempts times in all, waiting
+// between calls a delay that starts at base and doubles each time up to
+// maxDelay, with random jitter (a delay d is drawn from [d/2, d]). The flush
+// keeps its concurrency slot while it waits. The default is a single
+// attempt. attempts must be at least 1, base not negative and maxDelay not
+// below base.
+func WithRetry(attempts int, base, maxDelay time.Duration) Option {
+	return func(s *settings) {
+		switch {
+		case attempts < 1:
+			s.errs = append(s.errs, invalid("WithRetry(%d, ...): attempts must be at least 1", attempts))
+		case base < 0 || maxDelay < base:
+			s.errs = append(s.errs, invalid("WithRetry(%d, %v, %v): want 0 <= base <= maxDelay", attempts, base, maxDelay))
+		default:
+			s.retry = retryPolicy{attempts: attempts, base: base, maxDelay: maxDelay}
+		}
+	}
+}
+
+// WithErrorHandler sets the function that receives the items of a batch
+// whose last flush attempt failed, with that attempt's error, and each item
+// dropped by DropOldest, with ErrDropped. It is called from the goroutine
+// that flushed (or dropped), with a context that is never canceled, and
+// must not keep items after it returns: the slice is reused. A panic in it
+// is logged. The default handler logs failed flushes with the log package
+// and ignores drops, which Stats counts. T must be the Batcher's item type
+// and h not nil.
+func WithErrorHandler[T any](h func(ctx context.Context, items []T, err error)) Option {
+	return func(s *settings) {
+		if h == nil {
+			s.errs = append(s.errs, invalid("WithErrorHandler: nil handler"))
+			return
+		}
+		s.onError = h
+	}
+}
