@@ -17,9 +17,17 @@ var (
 )
 
 const (
-	closedBit = 1 << 62       // in Engine.state: intake is closed
-	exitBit   = 1 << 62       // in Engine.workers: workers must exit
-	countMask = closedBit - 1 // the count below either bit
+	exitBit   = 1 << 62     // in Engine.workers: workers must exit
+	countMask = exitBit - 1 // the worker count below it
+
+	// A producer that pushes the yieldEvery-th task of a shard holding more
+	// than yieldDepth tasks yields its processor once (see enqueue).
+	yieldEvery = 64
+	yieldDepth = 4 * chunkLen
+
+	// staleWake is how long a woken worker may take to start looking for
+	// work before producers stop trusting it (see wakeIfStale).
+	staleWake = 100 * time.Microsecond
 )
 
 // Config configures an Engine. Run is required.
@@ -66,6 +74,9 @@ type Engine[T any] struct {
 	maxWorkers atomic.Int64
 	minWorkers atomic.Int64
 	searching  atomic.Int32 // workers looking for a task, or woken to look
+	starting   atomic.Int32 // woken or started workers not yet running
+	lastWake   atomic.Int64 // when wake last succeeded, as time since epoch
+	epoch      time.Time
 	nextHome   atomic.Uint32
 	idleTime   time.Duration
 
@@ -120,6 +131,7 @@ func New[T any](cfg Config[T]) *Engine[T] {
 		bounded:  cfg.QueueSize >= 0,
 		queue:    int64(cfg.QueueSize),
 		idleTime: cfg.IdleTimeout,
+		epoch:    time.Now(),
 	}
 	e.maxWorkers.Store(int64(cfg.MaxWorkers))
 	e.minWorkers.Store(int64(cfg.MinWorkers))
@@ -206,10 +218,19 @@ func (e *Engine[T]) enqueue(t T) error {
 		return e.refuse()
 	}
 	s.q.push(t)
-	s.pushed.Add(1)
+	n := s.pushed.Add(1)
 	s.mu.Unlock()
 	if e.searching.Load() == 0 {
 		e.wake()
+	} else if n%yieldEvery == 0 {
+		e.wakeIfStale()
+	}
+	if n%yieldEvery == 0 && n-s.popped.Load() > yieldDepth {
+		// The shard is deep: producers are outrunning the workers, which
+		// then compete with them for the processors. Yield now and then so
+		// the workers catch up, rather than grow the queue (and the heap
+		// the collector must scan) without limit. Producers never block.
+		runtime.Gosched()
 	}
 	return nil
 }
@@ -226,6 +247,23 @@ func (e *Engine[T]) requeue(i uint32, ts []T) {
 	s.pushed.Add(uint64(len(ts)))
 	s.mu.Unlock()
 	e.requeued.Add(uint64(len(ts)))
+}
+
+// wakeIfStale wakes one more worker if a worker woken at least staleWake
+// ago has still not started running. A woken worker counts as a searcher
+// from the moment it is woken, but it may wait a long time for a processor
+// when many goroutines are runnable (a million producers, say): without
+// this, the pool would stop growing while its backlog does. At most one
+// extra wake happens per staleWake.
+func (e *Engine[T]) wakeIfStale() {
+	if e.starting.Load() == 0 {
+		return
+	}
+	now := int64(time.Since(e.epoch))
+	last := e.lastWake.Load()
+	if now-last > int64(staleWake) && e.lastWake.CompareAndSwap(last, now) {
+		e.wake()
+	}
 }
 
 // refuse undoes a bounded admission for a task the closed engine refuses.
@@ -364,6 +402,7 @@ func (e *Engine[T]) Exit() {
 	e.exiting = true
 	for w := e.idle.pop(); w != nil; w = e.idle.pop() {
 		e.searching.Add(1)
+		e.starting.Add(1)
 		w.wake <- struct{}{}
 	}
 	e.idleMu.Unlock()

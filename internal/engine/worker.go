@@ -50,13 +50,17 @@ func (e *Engine[T]) wake() {
 		e.idleMu.Lock()
 		if w := e.idle.pop(); w != nil {
 			e.searching.Add(1)
+			e.starting.Add(1)
 			e.idleMu.Unlock()
+			e.lastWake.Store(int64(time.Since(e.epoch)))
 			w.wake <- struct{}{}
 			return
 		}
 		e.idleMu.Unlock()
 	}
-	e.spawn()
+	if e.spawn() {
+		e.lastWake.Store(int64(time.Since(e.epoch)))
+	}
 }
 
 // spawn starts a worker unless the engine is at its limit or exiting.
@@ -71,11 +75,13 @@ func (e *Engine[T]) spawn() bool {
 		}
 	}
 	e.searching.Add(1)
+	e.starting.Add(1)
 	w := &worker[T]{e: e, home: e.nextHome.Add(1), wake: make(chan struct{}, 1), want: 1}
 	if e.start == nil {
 		go w.main()
 	} else if !e.start(w.main) {
 		e.searching.Add(-1)
+		e.starting.Add(-1)
 		e.release(0)
 		return false
 	}
@@ -113,6 +119,7 @@ func (w *worker[T]) flush(idle bool) {
 }
 
 func (w *worker[T]) main() {
+	w.e.starting.Add(-1)
 	// Whoever started this worker counted it as a searcher.
 	for searching := true; !w.loop(searching); searching = false {
 	}
@@ -193,8 +200,8 @@ func (w *worker[T]) take() (t T, ok bool) {
 }
 
 func (w *worker[T]) refill() {
+	now := time.Now()
 	if !w.taken.IsZero() {
-		now := time.Now()
 		if now.Sub(w.taken) < time.Duration(w.bn)*fastTask {
 			w.want = min(2*w.want, batchLen)
 		} else {
@@ -209,8 +216,9 @@ func (w *worker[T]) refill() {
 		}
 	}
 	w.bi, w.bn = 0, w.e.popBatch(w.home, w.batch[:w.want])
-	if w.bn > 0 {
-		w.taken = time.Now()
+	w.taken = now // one clock read per batch
+	if w.bn == 0 {
+		w.taken = time.Time{} // waiting for work says nothing of task length
 	}
 }
 
@@ -261,7 +269,6 @@ func (w *worker[T]) next(searching bool) (t T, ok bool) {
 		w.flush(true)
 		e.searching.Add(1)
 	}
-	w.taken = time.Time{} // time spent searching says nothing of task length
 	for {
 		for range spinRounds {
 			if t, ok = w.take(); ok {
@@ -329,6 +336,7 @@ func (w *worker[T]) park() (t T, r parkResult) {
 			// take its go-ahead and return the count.
 			<-w.wake
 			e.searching.Add(-1)
+			e.starting.Add(-1)
 		}
 		return t, gotTask
 	}
@@ -341,6 +349,7 @@ func (w *worker[T]) park() (t T, r parkResult) {
 	for {
 		select {
 		case <-w.wake:
+			e.starting.Add(-1)
 			return t, woken
 		case <-w.timer.C:
 		}
@@ -348,6 +357,7 @@ func (w *worker[T]) park() (t T, r parkResult) {
 		if !w.parked { // a waker took us off the list; its go-ahead follows
 			e.idleMu.Unlock()
 			<-w.wake
+			e.starting.Add(-1)
 			return t, woken
 		}
 		if e.release(e.minWorkers.Load()) {
