@@ -3,6 +3,7 @@ package crew
 import (
 	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
 
 	"github.com/gocrew/crew/internal/engine"
@@ -16,19 +17,20 @@ import (
 // safe for concurrent use. A Pool must be created with New; the methods of a
 // zero Pool return an error wrapping ErrInvalid.
 type Pool struct {
-	e           *engine.Engine[job]
+	// The queue holds plain funcs: 8 bytes per queued Go task. A Submit
+	// task is queued as its run method and also listed in queued, so that
+	// Shutdown can complete the ones it drops.
+	e           *engine.Engine[func()]
 	ctx         context.Context
 	cancel      context.CancelFunc
 	nonBlocking bool
+	crash       bool
 	onPanic     func(*PanicError)
 	failed      atomic.Uint64
-}
+	panicked    atomic.Uint64 // Submit tasks that panicked; the engine counts the rest
 
-// job is what the queue holds: a fire-and-forget function, or a Task.
-// At 16 bytes it is the whole per-task memory cost of a queued Go task.
-type job struct {
-	fn   func()
-	task *Task
+	mu     sync.Mutex
+	queued taskList // Submit tasks accepted and not started
 }
 
 // New returns a pool that runs at most maxWorkers tasks at a time.
@@ -51,19 +53,17 @@ func New(maxWorkers int, opts ...Option) *Pool {
 	if c.nonBlocking && c.queueSize < 0 {
 		panic(fmt.Errorf("%w: WithNonBlocking needs WithQueueSize: an unbounded queue is never full", ErrInvalid))
 	}
-	p := &Pool{nonBlocking: c.nonBlocking, onPanic: c.onPanic}
+	p := &Pool{nonBlocking: c.nonBlocking, crash: c.crash, onPanic: c.onPanic}
 	p.ctx, p.cancel = context.WithCancel(c.ctx)
-	cfg := engine.Config[job]{
+	cfg := engine.Config[func()]{
 		MaxWorkers:  maxWorkers,
 		MinWorkers:  c.minWorkers,
 		QueueSize:   c.queueSize,
 		IdleTimeout: c.idleTimeout,
-		Run:         p.run,
-		OnGoexit:    p.goexited,
-		Drop:        dropped,
+		Run:         run,
 	}
 	if !c.crash {
-		cfg.OnPanic = p.panicked
+		cfg.OnPanic = p.recovered
 	}
 	p.e = engine.New(cfg)
 	return p
@@ -80,14 +80,14 @@ func (p *Pool) Go(task func()) error {
 	if task == nil {
 		return ErrNilTask
 	}
-	return p.push(job{fn: task})
+	return p.push(task)
 }
 
 // TrySubmit submits task if the pool can queue it without waiting, and
 // reports whether it did. It returns false when a bounded queue is full,
 // after Stop or Shutdown has begun, and for a nil task.
 func (p *Pool) TrySubmit(task func()) bool {
-	return task != nil && p.e != nil && p.e.TryPush(job{fn: task}) == nil
+	return task != nil && p.e != nil && p.e.TryPush(task) == nil
 }
 
 // SubmitCtx submits task, waiting while a bounded queue is full. It gives up
@@ -104,7 +104,7 @@ func (p *Pool) SubmitCtx(ctx context.Context, task func()) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return p.e.Push(ctx, job{fn: task})
+	return p.e.Push(ctx, task)
 }
 
 // Submit submits task and returns a Task to wait for its result. task
@@ -113,30 +113,35 @@ func (p *Pool) SubmitCtx(ctx context.Context, task func()) error {
 //
 // Submitting never fails silently: when the task cannot be queued (ErrStopped,
 // ErrQueueFull WithNonBlocking, ErrNilTask) the returned Task is already done
-// with that error. A panic in task completes the Task with a *PanicError. It
-// costs three small allocations: the Task, its channel and the error.
+// with that error. A panic in task completes the Task with a *PanicError
+// (unless the pool was built WithCrashOnPanic). It costs three small
+// allocations (the Task, its channel and its run method) and a short
+// critical section that lets Shutdown find it if it is dropped.
 func (p *Pool) Submit(task func(ctx context.Context) error) *Task {
-	t := &Task{fn: task, done: make(chan struct{})}
-	var err error
-	if task == nil {
-		err = ErrNilTask
-	} else {
-		err = p.push(job{task: t})
-	}
-	if err != nil {
-		t.finish(err)
+	t := &Task{p: p, fn: task, done: make(chan struct{})}
+	switch {
+	case task == nil:
+		t.finish(ErrNilTask)
+	case p.e == nil:
+		t.finish(errZeroPool)
+	default:
+		p.list(t)
+		if err := p.push(t.run); err != nil {
+			p.unlist(t)
+			t.finish(err)
+		}
 	}
 	return t
 }
 
-func (p *Pool) push(j job) error {
+func (p *Pool) push(task func()) error {
 	switch {
 	case p.e == nil:
 		return errZeroPool
 	case p.nonBlocking:
-		return p.e.TryPush(j)
+		return p.e.TryPush(task)
 	}
-	return p.e.Push(nil, j)
+	return p.e.Push(nil, task)
 }
 
 // Context returns the context that Submit tasks receive. It is cancelled
@@ -192,6 +197,7 @@ func (p *Pool) Shutdown(ctx context.Context) error {
 		p.cancel()
 		p.e.Drain()
 		p.e.Wait(nil)
+		p.dropListed() // no worker is left to start them
 	}
 	p.e.Exit()
 	p.cancel()
@@ -216,37 +222,10 @@ func (p *Pool) Resize(n int) error {
 	return nil
 }
 
-func (p *Pool) run(j job) {
-	if j.task == nil {
-		j.fn()
-		return
-	}
-	err := j.task.fn(p.ctx)
-	if err != nil {
-		p.failed.Add(1)
-	}
-	j.task.finish(err)
-}
+func run(task func()) { task() }
 
-func (p *Pool) panicked(j job, v any, stack []byte) {
-	err := &PanicError{Value: v, Stack: stack}
-	if j.task == nil {
-		p.onPanic(err)
-		return
-	}
-	p.failed.Add(1)
-	j.task.finish(err)
-}
-
-func (p *Pool) goexited(j job) {
-	if j.task != nil {
-		p.failed.Add(1)
-		j.task.finish(ErrGoexit)
-	}
-}
-
-func dropped(j job) {
-	if j.task != nil {
-		j.task.finish(ErrDropped)
-	}
+// recovered receives panics from Go, TrySubmit and SubmitCtx tasks; Submit
+// tasks recover their own.
+func (p *Pool) recovered(_ func(), v any, stack []byte) {
+	p.onPanic(&PanicError{Value: v, Stack: stack})
 }

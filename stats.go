@@ -33,7 +33,7 @@ func (p *Pool) Stats() Stats {
 		Submitted:  s.Completed + s.Dropped + uint64(s.Unfinished),
 		Completed:  s.Completed,
 		Failed:     p.failed.Load(),
-		Panicked:   s.Panicked,
+		Panicked:   s.Panicked + p.panicked.Load(),
 		Dropped:    s.Dropped,
 	}
 }

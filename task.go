@@ -1,17 +1,24 @@
 package crew
 
-import "context"
+import (
+	"context"
+	"runtime/debug"
+)
 
 // A Task is the handle of a function submitted with Pool.Submit.
 type Task struct {
+	p    *Pool
 	fn   func(context.Context) error
 	done chan struct{}
 	err  error // set before done is closed
+
+	prev, next *Task // in p.queued until the task starts, guarded by p.mu
+	listed     bool
 }
 
 // Wait blocks until the task has finished and returns its error: the
-// function's own, a *PanicError if it panicked, or the error that kept it
-// from running (ErrStopped, ErrQueueFull, ErrDropped, ErrNilTask).
+// function's own, a *PanicError if it panicked, ErrGoexit, or the error that
+// kept it from running (ErrStopped, ErrQueueFull, ErrDropped, ErrNilTask).
 func (t *Task) Wait() error {
 	<-t.done
 	return t.err
@@ -25,4 +32,80 @@ func (t *Task) finish(err error) {
 	t.err = err
 	t.fn = nil
 	close(t.done)
+}
+
+// run is what the queue holds for a Submit task. Unlike Go tasks, whose
+// panics the worker loop recovers, a Task recovers its own so that the
+// panic reaches its Wait; it pays for a deferred call that Go tasks do not.
+func (t *Task) run() {
+	p := t.p
+	p.unlist(t)
+	returned := false
+	defer func() {
+		if returned {
+			return
+		}
+		p.failed.Add(1)
+		var v any
+		if !p.crash {
+			v = recover()
+		}
+		if v != nil {
+			p.panicked.Add(1)
+			t.finish(&PanicError{Value: v, Stack: debug.Stack()})
+			return
+		}
+		t.finish(ErrGoexit) // or a panic about to crash the program
+	}()
+	err := t.fn(p.ctx)
+	returned = true
+	if err != nil {
+		p.failed.Add(1)
+	}
+	t.finish(err)
+}
+
+// taskList is a doubly linked list of queued Submit tasks.
+type taskList struct{ head *Task }
+
+func (p *Pool) list(t *Task) {
+	p.mu.Lock()
+	t.next = p.queued.head
+	if t.next != nil {
+		t.next.prev = t
+	}
+	p.queued.head = t
+	t.listed = true
+	p.mu.Unlock()
+}
+
+func (p *Pool) unlist(t *Task) {
+	p.mu.Lock()
+	if t.listed {
+		if t.prev != nil {
+			t.prev.next = t.next
+		} else {
+			p.queued.head = t.next
+		}
+		if t.next != nil {
+			t.next.prev = t.prev
+		}
+		t.prev, t.next, t.listed = nil, nil, false
+	}
+	p.mu.Unlock()
+}
+
+// dropListed completes every Submit task still queued with ErrDropped. Call
+// it only when no worker can start them any more.
+func (p *Pool) dropListed() {
+	p.mu.Lock()
+	head := p.queued.head
+	p.queued.head = nil
+	p.mu.Unlock()
+	for t := head; t != nil; {
+		next := t.next
+		t.prev, t.next, t.listed = nil, nil, false
+		t.finish(ErrDropped)
+		t = next
+	}
 }

@@ -223,7 +223,7 @@ func (e *Engine[T]) enqueue(t T) error {
 	if e.searching.Load() == 0 {
 		e.wake()
 	} else if n%yieldEvery == 0 {
-		e.wakeIfStale()
+		e.wakeIfStale(n - s.popped.Load())
 	}
 	if n%yieldEvery == 0 && n-s.popped.Load() > yieldDepth {
 		// The shard is deep: producers are outrunning the workers, which
@@ -249,14 +249,16 @@ func (e *Engine[T]) requeue(i uint32, ts []T) {
 	e.requeued.Add(uint64(len(ts)))
 }
 
-// wakeIfStale wakes one more worker if a worker woken at least staleWake
-// ago has still not started running. A woken worker counts as a searcher
-// from the moment it is woken, but it may wait a long time for a processor
-// when many goroutines are runnable (a million producers, say): without
-// this, the pool would stop growing while its backlog does. At most one
-// extra wake happens per staleWake.
-func (e *Engine[T]) wakeIfStale() {
-	if e.starting.Load() == 0 {
+// wakeIfStale wakes one more worker when the searchers the producers rely
+// on seem not to be running: a worker woken over staleWake ago has not
+// started, or this shard holds depth tasks, a run of pushes nobody has
+// drained. A searcher counts from the moment it is woken, but its goroutine
+// may wait long for a processor when many are runnable, or sit on a
+// processor that the host has descheduled; without this, producers would
+// wake nobody while the backlog grows. At most one extra wake happens per
+// staleWake.
+func (e *Engine[T]) wakeIfStale(depth uint64) {
+	if e.starting.Load() == 0 && depth < yieldEvery {
 		return
 	}
 	now := int64(time.Since(e.epoch))
