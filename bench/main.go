@@ -119,6 +119,7 @@ func plan(tasks, workloads string, procs []int, subs []subjects.Subject, scale f
 		names = append(names, s.Name)
 	}
 	var groups []Group
+	used := map[string]bool{"all": true}
 	for _, t := range workload.Tasks {
 		if !wantTask[t.Name] {
 			continue
@@ -131,7 +132,7 @@ func plan(tasks, workloads string, procs []int, subs []subjects.Subject, scale f
 			}
 		}
 		for _, w := range ws {
-			delete(wantWorkload, w.Name)
+			used[w.Name] = true
 		}
 		if len(ws) == 0 {
 			fmt.Fprintf(os.Stderr, "task %s: none of its workloads selected, skipped\n", t.Name)
@@ -144,9 +145,10 @@ func plan(tasks, workloads string, procs []int, subs []subjects.Subject, scale f
 	for t := range wantTask {
 		return nil, fmt.Errorf("unknown task %q (have rand, sleep, cpu)", t)
 	}
-	delete(wantWorkload, "all")
 	for w := range wantWorkload {
-		return nil, fmt.Errorf("unknown workload %q, or its task is not selected", w)
+		if !used[w] {
+			return nil, fmt.Errorf("unknown workload %q, or its task is not selected", w)
+		}
 	}
 	return groups, nil
 }

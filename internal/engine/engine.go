@@ -20,10 +20,9 @@ const (
 	exitBit   = 1 << 62     // in Engine.workers: workers must exit
 	countMask = exitBit - 1 // the worker count below it
 
-	// A producer that pushes the yieldEvery-th task of a shard holding more
-	// than yieldDepth tasks yields its processor once (see enqueue).
-	yieldEvery = 64
-	yieldDepth = 4 * chunkLen
+	// Every staleEvery-th push into a shard checks whether the searchers
+	// producers rely on are stale (see wakeIfStale).
+	staleEvery = 64
 
 	// staleWake is how long a woken worker may take to start looking for
 	// work before producers stop trusting it (see wakeIfStale).
@@ -70,15 +69,16 @@ type Engine[T any] struct {
 	capacity atomic.Int64 // with bounded: MaxWorkers+QueueSize
 	queue    int64        // QueueSize
 
-	workers    atomic.Int64 // exitBit | live workers
-	maxWorkers atomic.Int64
-	minWorkers atomic.Int64
-	searching  atomic.Int32 // workers looking for a task, or woken to look
-	starting   atomic.Int32 // woken or started workers not yet running
-	lastWake   atomic.Int64 // when wake last succeeded, as time since epoch
-	epoch      time.Time
-	nextHome   atomic.Uint32
-	idleTime   time.Duration
+	workers     atomic.Int64 // exitBit | live workers
+	maxWorkers  atomic.Int64
+	minWorkers  atomic.Int64
+	searching   atomic.Int32 // workers looking for a task, or woken to look
+	maxSpinning int          // searchers beyond this park after one look
+	starting    atomic.Int32 // woken or started workers not yet running
+	lastWake    atomic.Int64 // when wake last succeeded, as time since epoch
+	epoch       time.Time
+	nextHome    atomic.Uint32
+	idleTime    time.Duration
 
 	idleMu  sync.Mutex
 	idle    idleList[T] // parked workers, most recently parked first
@@ -133,6 +133,7 @@ func New[T any](cfg Config[T]) *Engine[T] {
 		idleTime: cfg.IdleTimeout,
 		epoch:    time.Now(),
 	}
+	e.maxSpinning = runtime.GOMAXPROCS(0)
 	e.maxWorkers.Store(int64(cfg.MaxWorkers))
 	e.minWorkers.Store(int64(cfg.MinWorkers))
 	e.capacity.Store(int64(cfg.MaxWorkers) + e.queue)
@@ -222,15 +223,8 @@ func (e *Engine[T]) enqueue(t T) error {
 	s.mu.Unlock()
 	if e.searching.Load() == 0 {
 		e.wake()
-	} else if n%yieldEvery == 0 {
+	} else if n%staleEvery == 0 {
 		e.wakeIfStale(n - s.popped.Load())
-	}
-	if n%yieldEvery == 0 && n-s.popped.Load() > yieldDepth {
-		// The shard is deep: producers are outrunning the workers, which
-		// then compete with them for the processors. Yield now and then so
-		// the workers catch up, rather than grow the queue (and the heap
-		// the collector must scan) without limit. Producers never block.
-		runtime.Gosched()
 	}
 	return nil
 }
@@ -258,7 +252,7 @@ func (e *Engine[T]) requeue(i uint32, ts []T) {
 // wake nobody while the backlog grows. At most one extra wake happens per
 // staleWake.
 func (e *Engine[T]) wakeIfStale(depth uint64) {
-	if e.starting.Load() == 0 && depth < yieldEvery {
+	if e.starting.Load() == 0 && depth < staleEvery {
 		return
 	}
 	now := int64(time.Since(e.epoch))

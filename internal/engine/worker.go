@@ -200,6 +200,7 @@ func (w *worker[T]) take() (t T, ok bool) {
 }
 
 func (w *worker[T]) refill() {
+	e := w.e
 	now := time.Now()
 	if !w.taken.IsZero() {
 		if now.Sub(w.taken) < time.Duration(w.bn)*fastTask {
@@ -215,7 +216,7 @@ func (w *worker[T]) refill() {
 			runtime.Gosched()
 		}
 	}
-	w.bi, w.bn = 0, w.e.popBatch(w.home, w.batch[:w.want])
+	w.bi, w.bn = 0, e.popBatch(w.home, w.batch[:w.want])
 	w.taken = now // one clock read per batch
 	if w.bn == 0 {
 		w.taken = time.Time{} // waiting for work says nothing of task length
@@ -270,7 +271,14 @@ func (w *worker[T]) next(searching bool) (t T, ok bool) {
 		e.searching.Add(1)
 	}
 	for {
-		for range spinRounds {
+		// Spin only while few others do, as the runtime bounds its spinning
+		// threads by the processors: a crowd of spinning workers would take
+		// the processors from the producers they wait for.
+		spins := spinRounds
+		if int(e.searching.Load()) > e.maxSpinning {
+			spins = 1
+		}
+		for range spins {
 			if t, ok = w.take(); ok {
 				w.foundWork()
 				return t, true
