@@ -194,8 +194,10 @@ func (p *Pool) Shutdown(ctx context.Context) error {
 	p.e.Close()
 	err := p.e.Wait(ctx)
 	if err != nil {
-		p.cancel()
+		// Drain before cancelling: a worker freed by the cancellation must
+		// not start a task that is about to be dropped.
 		p.e.Drain()
+		p.cancel()
 		p.e.Wait(nil)
 		p.dropListed() // no worker is left to start them
 	}

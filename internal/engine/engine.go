@@ -84,11 +84,8 @@ type Engine[T any] struct {
 	idle    idleList[T] // parked workers, most recently parked first
 	exiting bool        // guarded by idleMu: workers must not park
 
-	draining atomic.Bool // Drain was called: workers drop unstarted tasks
-
 	completed atomic.Uint64
 	dropped   atomic.Uint64
-	requeued  atomic.Uint64 // tasks pushed a second time by requeue
 	panicked  atomic.Uint64
 
 	idleSig  signal // unfinished count reached zero
@@ -229,20 +226,6 @@ func (e *Engine[T]) enqueue(t T) error {
 	return nil
 }
 
-// requeue puts back tasks that a worker took but cannot run. They were
-// counted when first pushed, so they are counted in requeued after being
-// pushed again: unfinished may see them twice for a moment, never zero times.
-func (e *Engine[T]) requeue(i uint32, ts []T) {
-	s := &e.shards[i&e.mask]
-	s.mu.Lock()
-	for _, t := range ts {
-		s.q.push(t)
-	}
-	s.pushed.Add(uint64(len(ts)))
-	s.mu.Unlock()
-	e.requeued.Add(uint64(len(ts)))
-}
-
 // wakeIfStale wakes one more worker when the searchers the producers rely
 // on seem not to be running: a worker woken over staleWake ago has not
 // started, or this shard holds depth tasks, a run of pushes nobody has
@@ -289,7 +272,7 @@ func (e *Engine[T]) finish(n int64, idle bool) {
 // grow, so a result of zero means that at one instant every accepted task was
 // finished.
 func (e *Engine[T]) unfinished() int64 {
-	done := e.completed.Load() + e.dropped.Load() + e.requeued.Load()
+	done := e.completed.Load() + e.dropped.Load()
 	var pushed uint64
 	for i := range e.shards {
 		pushed += e.shards[i].pushed.Load()
@@ -297,28 +280,30 @@ func (e *Engine[T]) unfinished() int64 {
 	return int64(pushed - done)
 }
 
-// popBatch moves up to half of the first non-empty shard's tasks, at most
-// len(buf), into buf, starting at shard i and trying every shard once. Taking
-// several tasks per lock keeps workers off the producers' cache lines; taking
-// at most half leaves work for the other workers.
-func (e *Engine[T]) popBatch(i uint32, buf []T) int {
+// pop takes the task at the head of the first non-empty shard, starting at
+// shard i. A busy shard is skipped for now; the caller searches again.
+//
+// Workers take one task at a time. Taking several per lock would save lock
+// traffic, but a worker blocked in one task would hide the rest from the
+// other workers, and a task that waits for one of them would deadlock the
+// pool below its limit.
+func (e *Engine[T]) pop(i uint32) (t T, ok bool) {
 	for range e.shards {
 		s := &e.shards[i&e.mask]
 		i++
 		if s.len() == 0 || !s.mu.TryLock() {
 			continue
 		}
-		k := min(len(buf), int(s.len()+1)/2)
-		for j := range k {
-			buf[j], _ = s.q.pop()
+		t, ok = s.q.pop()
+		if ok {
+			s.popped.Add(1)
 		}
-		s.popped.Add(uint64(k))
 		s.mu.Unlock()
-		if k > 0 {
-			return k
+		if ok {
+			return t, true
 		}
 	}
-	return 0
+	return t, false
 }
 
 // queued reports the number of tasks waiting in the shards.
@@ -351,12 +336,10 @@ func (e *Engine[T]) Close() {
 // Closed reports whether Close was called.
 func (e *Engine[T]) Closed() bool { return e.closed.Load() }
 
-// Drain removes every queued task, passes each to Config.Drop and counts it
-// as dropped, and makes workers do the same with tasks they have taken but
-// not started. It returns how many it removed itself; Stats().Dropped counts
-// all of them once Wait returns. A task is either run or dropped, never both.
+// Drain removes every queued task, passes each to Config.Drop, counts it as
+// dropped and returns how many it removed. A task is either run by a worker
+// or removed here, never both.
 func (e *Engine[T]) Drain() int {
-	e.draining.Store(true)
 	total := 0
 	for i := range e.shards {
 		s := &e.shards[i]

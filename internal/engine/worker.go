@@ -18,25 +18,12 @@ const (
 	// completionBatch bounds how many finished tasks a worker counts locally
 	// before it publishes them, so Stats stays fresh during long bursts.
 	completionBatch = 64
-
-	// batchLen is the most tasks a worker takes from a shard at once.
-	batchLen = 16
-
-	// fastTask is the average run time below which a worker's tasks count
-	// as tiny: only then does it take them in batches, so a slow task can
-	// hold at most batchLen-1 tasks behind it, once, before the worker goes
-	// back to taking one task at a time.
-	fastTask = time.Microsecond
 )
 
 type worker[T any] struct {
 	e                  *Engine[T]
 	home               uint32
-	done               int64       // finished tasks not yet subtracted from e.state
-	batch              [batchLen]T // taken from a shard; batch[bi:bn] not yet run
-	bi, bn             int
-	want               int           // tasks to take at the next refill, 1..batchLen
-	taken              time.Time     // when the current batch was taken; zero after a search
+	done               int64         // finished tasks not yet subtracted from e.state
 	wake               chan struct{} // buffered(1): a waker's go-ahead
 	timer              *time.Timer   // idle timeout, made at the first park
 	idlePrev, idleNext *worker[T]    // idle list links, guarded by e.idleMu
@@ -76,7 +63,7 @@ func (e *Engine[T]) spawn() bool {
 	}
 	e.searching.Add(1)
 	e.starting.Add(1)
-	w := &worker[T]{e: e, home: e.nextHome.Add(1), wake: make(chan struct{}, 1), want: 1}
+	w := &worker[T]{e: e, home: e.nextHome.Add(1), wake: make(chan struct{}, 1)}
 	if e.start == nil {
 		go w.main()
 	} else if !e.start(w.main) {
@@ -152,13 +139,7 @@ func (w *worker[T]) loop(searching bool) (retired bool) {
 			return
 		}
 		// runtime.Goexit, or a panic that is about to crash the program:
-		// this goroutine ends when we return. Hand its unstarted tasks and
-		// its slot to a new worker.
-		if w.bi < w.bn {
-			e.requeue(w.home, w.batch[w.bi:w.bn])
-			clear(w.batch[:])
-			w.bi = w.bn
-		}
+		// this goroutine ends when we return. Hand its slot to a new worker.
 		e.release(0)
 		if e.unfinished() > 0 {
 			e.spawn()
@@ -176,70 +157,6 @@ func (w *worker[T]) loop(searching bool) (retired bool) {
 			w.flush(false)
 		}
 	}
-}
-
-// take returns the next task of the worker's batch, refilling it from the
-// shards when it is empty. The batch size adapts: it doubles while batches
-// run fast and falls back to one task after a slow one.
-func (w *worker[T]) take() (t T, ok bool) {
-	if w.bi == w.bn {
-		w.refill()
-		if w.bn == 0 {
-			return t, false
-		}
-	}
-	t = w.batch[w.bi]
-	var zero T
-	w.batch[w.bi] = zero
-	w.bi++
-	if w.e.draining.Load() {
-		w.dropBatch(t)
-		return zero, false
-	}
-	return t, true
-}
-
-func (w *worker[T]) refill() {
-	e := w.e
-	now := time.Now()
-	if !w.taken.IsZero() {
-		if now.Sub(w.taken) < time.Duration(w.bn)*fastTask {
-			w.want = min(2*w.want, batchLen)
-		} else {
-			w.want = 1
-		}
-		if w.bn < w.want/2 {
-			// The queues held fewer tiny tasks than we wanted: producers are
-			// slower than the workers. Yield once so that tasks accumulate,
-			// rather than pulling a shard's cache line away from them for
-			// every task.
-			runtime.Gosched()
-		}
-	}
-	w.bi, w.bn = 0, e.popBatch(w.home, w.batch[:w.want])
-	w.taken = now // one clock read per batch
-	if w.bn == 0 {
-		w.taken = time.Time{} // waiting for work says nothing of task length
-	}
-}
-
-// dropBatch drops t and the rest of the batch for Drain.
-func (w *worker[T]) dropBatch(t T) {
-	e := w.e
-	n := int64(1)
-	if e.drop != nil {
-		e.drop(t)
-	}
-	var zero T
-	for ; w.bi < w.bn; w.bi++ {
-		if e.drop != nil {
-			e.drop(w.batch[w.bi])
-		}
-		w.batch[w.bi] = zero
-		n++
-	}
-	e.dropped.Add(uint64(n))
-	e.finish(n, true)
 }
 
 // foundWork is called by a searcher that found a task. If it was the last
@@ -260,11 +177,11 @@ func (w *worker[T]) foundWork() {
 func (w *worker[T]) next(searching bool) (t T, ok bool) {
 	e := w.e
 	if !searching {
-		if w.bi == w.bn && e.workers.Load() > e.maxWorkers.Load() && e.release(e.maxWorkers.Load()) {
+		if e.workers.Load() > e.maxWorkers.Load() && e.release(e.maxWorkers.Load()) {
 			w.flush(true) // shrunk by Resize
 			return t, false
 		}
-		if t, ok = w.take(); ok {
+		if t, ok = e.pop(w.home); ok {
 			return t, true
 		}
 		w.flush(true)
@@ -279,7 +196,7 @@ func (w *worker[T]) next(searching bool) (t T, ok bool) {
 			spins = 1
 		}
 		for range spins {
-			if t, ok = w.take(); ok {
+			if t, ok = e.pop(w.home); ok {
 				w.foundWork()
 				return t, true
 			}
@@ -332,7 +249,7 @@ func (w *worker[T]) park() (t T, r parkResult) {
 
 	// A producer may have pushed after our last scan, seen no searcher and,
 	// before we were listed, no idle worker either. Look once more.
-	if t, ok := w.take(); ok {
+	if t, ok := e.pop(w.home); ok {
 		e.idleMu.Lock()
 		listed := w.parked
 		if listed {
