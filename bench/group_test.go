@@ -1,0 +1,96 @@
+package main
+
+import (
+	"context"
+	"testing"
+
+	"github.com/gocrew/crew"
+	"github.com/gocrew/crew/bench/workload"
+	"github.com/sourcegraph/conc/pool"
+	"golang.org/x/sync/errgroup"
+)
+
+// groupTasks is the size of one group in BenchmarkGroup.
+const groupTasks = 100_000
+
+// groupLimit bounds the workers of crew's pool and errgroup's SetLimit.
+const groupLimit = 1000
+
+// groupTask is the tiny task every subject runs: one random draw
+// (workload.RandFloat, the matrix's "rand" task).
+func groupTask(context.Context) error {
+	workload.RandFloat()
+	return nil
+}
+
+// BenchmarkGroup measures one group of 100,000 tiny tasks per iteration:
+// make the group, Go every task, Wait. crew's pool is made once, outside
+// the timer, since reusing warm workers across groups is the point of
+// running groups on a pool (crew-newpool makes and stops it inside the
+// loop). errgroup runs a goroutine per task under SetLimit; conc's
+// ErrorPool (pool.New().WithErrors()) hands each task to a goroutine over
+// a channel. Names: BenchmarkGroup/<subject>; ns/op and allocs/op are per
+// group of 100,000 tasks.
+func BenchmarkGroup(b *testing.B) {
+	ctx := context.Background()
+	b.Run("crew", func(b *testing.B) {
+		p := crew.New(groupLimit)
+		defer p.Stop()
+		b.ReportAllocs()
+		for b.Loop() {
+			g := p.Group(ctx)
+			for range groupTasks {
+				g.Go(groupTask)
+			}
+			mustGroup(g.Wait())
+		}
+	})
+	b.Run("crew-newpool", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			p := crew.New(groupLimit)
+			g := p.Group(ctx)
+			for range groupTasks {
+				g.Go(groupTask)
+			}
+			mustGroup(g.Wait())
+			p.Stop()
+		}
+	})
+	b.Run("crew-foreach", func(b *testing.B) {
+		p := crew.New(groupLimit)
+		defer p.Stop()
+		items := make([]int, groupTasks)
+		b.ReportAllocs()
+		for b.Loop() {
+			mustGroup(crew.ForEach(ctx, p, items, func(ctx context.Context, _ int) error { return groupTask(ctx) }))
+		}
+	})
+	b.Run("errgroup", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			g, gctx := errgroup.WithContext(ctx)
+			g.SetLimit(groupLimit)
+			for range groupTasks {
+				g.Go(func() error { return groupTask(gctx) })
+			}
+			mustGroup(g.Wait())
+		}
+	})
+	b.Run("conc", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			p := pool.New().WithErrors()
+			for range groupTasks {
+				p.Go(func() error { return groupTask(ctx) })
+			}
+			mustGroup(p.Wait())
+		}
+	})
+}
+
+func mustGroup(err error) {
+	if err != nil {
+		panic(err)
+	}
+}

@@ -1,0 +1,288 @@
+package crew_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/gocrew/crew"
+)
+
+func ExampleGroup() {
+	p := crew.New(8)
+	defer p.Stop()
+
+	g := p.Group(context.Background())
+	var sizes [3]int
+	for i, name := range []string{"a.txt", "bb.txt", "ccc.txt"} {
+		g.Go(func(ctx context.Context) error {
+			sizes[i] = len(name) // each task writes its own element
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		fmt.Println(err)
+	}
+	fmt.Println(sizes)
+	// Output: [5 6 7]
+}
+
+// The first error cancels the group: tasks that have not started are
+// skipped, running ones see their context cancelled.
+func ExampleGroup_firstError() {
+	p := crew.New(1)
+	defer p.Stop()
+
+	g := p.Group(context.Background(), crew.WithLimit(1))
+	var started atomic.Int64
+	g.Go(func(ctx context.Context) error { return errors.New("disk full") })
+	for range 10 {
+		g.Go(func(ctx context.Context) error { started.Add(1); return nil })
+	}
+	fmt.Println(g.Wait(), started.Load())
+	// Output: disk full 0
+}
+
+// Go after Wait returns an error instead of panicking.
+func ExampleGroup_Go() {
+	p := crew.New(2)
+	defer p.Stop()
+
+	g := p.Group(context.Background())
+	g.Go(func(ctx context.Context) error { return nil })
+	g.Wait()
+	fmt.Println(g.Go(func(ctx context.Context) error { return nil }))
+	// Output: crew: group is done: Go after Wait returned
+}
+
+// A panic comes back from Wait as a *PanicError.
+func ExampleGroup_Wait() {
+	p := crew.New(2)
+	defer p.Stop()
+
+	g := p.Group(context.Background())
+	g.Go(func(ctx context.Context) error { panic("bug") })
+	var pe *crew.PanicError
+	fmt.Println(errors.As(g.Wait(), &pe), pe.Value)
+	// Output: true bug
+}
+
+func ExampleWithLimit() {
+	p := crew.New(100)
+	defer p.Stop()
+
+	g := p.Group(context.Background(), crew.WithLimit(2))
+	var running, peak atomic.Int64
+	for range 20 {
+		g.Go(func(ctx context.Context) error {
+			n := running.Add(1)
+			if n > peak.Load() {
+				peak.Store(n) // racy max, but n never exceeds the limit
+			}
+			time.Sleep(time.Millisecond)
+			running.Add(-1)
+			return nil
+		})
+	}
+	g.Wait()
+	fmt.Println(peak.Load() <= 2)
+	// Output: true
+}
+
+func ExampleWithAllErrors() {
+	p := crew.New(4)
+	defer p.Stop()
+
+	g := p.Group(context.Background(), crew.WithAllErrors())
+	for _, host := range []string{"a", "b", "c"} {
+		g.Go(func(ctx context.Context) error {
+			if host == "b" {
+				return nil
+			}
+			return fmt.Errorf("%s: unreachable", host)
+		})
+	}
+	fmt.Println(g.Wait()) // in submission order
+	// Output:
+	// a: unreachable
+	// c: unreachable
+}
+
+func ExampleWithTaskTimeout() {
+	p := crew.New(2)
+	defer p.Stop()
+
+	g := p.Group(context.Background(), crew.WithTaskTimeout(10*time.Millisecond))
+	g.Go(func(ctx context.Context) error {
+		select {
+		case <-time.After(time.Minute): // a call that hangs
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})
+	fmt.Println(g.Wait())
+	// Output: context deadline exceeded
+}
+
+func ExampleWithRepanic() {
+	p := crew.New(2)
+	defer p.Stop()
+
+	g := p.Group(context.Background(), crew.WithRepanic())
+	g.Go(func(ctx context.Context) error { panic("bug") })
+	defer func() {
+		pe := recover().(*crew.PanicError)
+		fmt.Println("recovered:", pe.Value)
+	}()
+	g.Wait()
+	// Output: recovered: bug
+}
+
+func ExampleResultGroup() {
+	p := crew.New(4)
+	defer p.Stop()
+
+	g := crew.NewResultGroup[string](context.Background(), p)
+	for _, ms := range []int{3, 1, 2} {
+		g.Go(func(ctx context.Context) (string, error) {
+			time.Sleep(time.Duration(ms) * time.Millisecond) // finish out of order
+			return fmt.Sprint(ms), nil
+		})
+	}
+	res, err := g.Wait()
+	fmt.Println(res, err) // in submission order
+	// Output: [3 1 2] <nil>
+}
+
+func ExampleDo() {
+	p := crew.New(2)
+	defer p.Stop()
+
+	f := crew.Do(p, func(ctx context.Context) (int, error) {
+		return 6 * 7, nil
+	})
+	// ... do something else meanwhile ...
+	v, err := f.Wait()
+	fmt.Println(v, err)
+	// Output: 42 <nil>
+}
+
+func ExampleFuture_Done() {
+	p := crew.New(2)
+	defer p.Stop()
+
+	f := crew.Do(p, func(ctx context.Context) (string, error) {
+		return "", errors.New("no such user")
+	})
+	select {
+	case <-f.Done():
+		_, err := f.Wait() // returns at once
+		fmt.Println(err)
+	case <-time.After(time.Minute):
+		fmt.Println("too slow")
+	}
+	// Output: no such user
+}
+
+func ExampleMap() {
+	p := crew.New(4)
+	defer p.Stop()
+
+	words := []string{"go", "crew", "pool"}
+	upper, err := crew.Map(context.Background(), p, words, func(ctx context.Context, w string) string {
+		return strings.ToUpper(w)
+	})
+	fmt.Println(upper, err)
+	// Output: [GO CREW POOL] <nil>
+}
+
+func ExampleMapErr() {
+	p := crew.New(4)
+	defer p.Stop()
+
+	ids := []int{1, 2, 3}
+	names, err := crew.MapErr(context.Background(), p, ids, func(ctx context.Context, id int) (string, error) {
+		if id == 2 {
+			return "", fmt.Errorf("user %d: not found", id)
+		}
+		return fmt.Sprint("user", id), nil
+	}, crew.WithAllErrors())
+	fmt.Printf("%q %v\n", names, err)
+	// Output: ["user1" "" "user3"] user 2: not found
+}
+
+func ExampleForEach() {
+	p := crew.New(4)
+	defer p.Stop()
+
+	var total atomic.Int64
+	err := crew.ForEach(context.Background(), p, []int{1, 2, 3, 4}, func(ctx context.Context, n int) error {
+		total.Add(int64(n))
+		return nil
+	}, crew.WithLimit(2))
+	fmt.Println(total.Load(), err)
+	// Output: 10 <nil>
+}
+
+func ExampleMapSeq() {
+	p := crew.New(4)
+	defer p.Stop()
+
+	ages := map[string]int{"ann": 31, "bob": 42, "cid": 27}
+	keys := slices.Sorted(maps.Keys(ages))
+	lines, err := crew.MapSeq(context.Background(), p, slices.Values(keys), func(ctx context.Context, k string) string {
+		return fmt.Sprintf("%s=%d", k, ages[k])
+	})
+	fmt.Println(lines, err)
+	// Output: [ann=31 bob=42 cid=27] <nil>
+}
+
+func ExampleForEachSeq() {
+	p := crew.New(4)
+	defer p.Stop()
+
+	// An iterator of any length is processed in bounded memory: at most
+	// the window (here the limit, 8) of values is pulled ahead.
+	numbers := func(yield func(int) bool) {
+		for i := 1; i <= 1000; i++ {
+			if !yield(i) {
+				return
+			}
+		}
+	}
+	var sum atomic.Int64
+	err := crew.ForEachSeq(context.Background(), p, numbers, func(ctx context.Context, n int) error {
+		sum.Add(int64(n))
+		return nil
+	}, crew.WithLimit(8))
+	fmt.Println(sum.Load(), err)
+	// Output: 500500 <nil>
+}
+
+func ExampleStream() {
+	p := crew.New(4)
+	defer p.Stop()
+
+	s := crew.NewStream(context.Background(), p, crew.WithLimit(3))
+	for _, ms := range []int{3, 1, 2, 0} {
+		s.Go(func(ctx context.Context) func() {
+			time.Sleep(time.Duration(ms) * time.Millisecond) // the work, out of order
+			return func() {
+				fmt.Println("done", ms) // in order, one at a time
+			}
+		})
+	}
+	fmt.Println(s.Wait())
+	// Output:
+	// done 3
+	// done 1
+	// done 2
+	// done 0
+	// <nil>
+}

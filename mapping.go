@@ -1,0 +1,136 @@
+package crew
+
+import (
+	"context"
+	"iter"
+	"sync"
+)
+
+// indexChunks recycles the queue chunks of the slice helpers, whose tasks
+// are just their indexes.
+var indexChunks sync.Pool
+
+// Map calls fn for every element of items on p, concurrently, and returns
+// the results in the order of items. It is MapErr with an fn that cannot
+// fail: the error is a *PanicError if fn panicked, or the cause of ctx if
+// ctx was cancelled before every element started (those are skipped).
+func Map[T, R any](ctx context.Context, p *Pool, items []T, fn func(context.Context, T) R, opts ...GroupOption) ([]R, error) {
+	if fn == nil {
+		return nil, ErrNilTask
+	}
+	return MapErr(ctx, p, items, func(ctx context.Context, v T) (R, error) { return fn(ctx, v), nil }, opts...)
+}
+
+// MapErr calls fn for every element of items on p, concurrently, and returns
+// the results in the order of items: out[i] is what fn returned for
+// items[i], even with an error; the zero value if fn panicked or never ran.
+// It blocks until every call has returned, and runs calls itself while it
+// waits (see Group.Wait).
+//
+// Errors follow Group's policy: the first error (or panic) cancels the
+// context the other calls receive and skips the elements that have not
+// started; WithAllErrors runs them all and joins every error in the order
+// of items. WithLimit bounds the calls running at once, WithTaskTimeout
+// gives each a deadline. MapErr allocates the result slice and a group;
+// nothing per element. It returns ErrNilTask if fn is nil.
+func MapErr[T, R any](ctx context.Context, p *Pool, items []T, fn func(context.Context, T) (R, error), opts ...GroupOption) ([]R, error) {
+	if fn == nil {
+		return nil, ErrNilTask
+	}
+	out := make([]R, len(items))
+	var c core[struct{}]
+	c.exec = func(ctx context.Context, i int, _ struct{}) error {
+		var err error
+		out[i], err = fn(ctx, items[i])
+		return err
+	}
+	c.init(ctx, p, opts, &indexChunks)
+	c.pushN(len(items))
+	return out, c.wait()
+}
+
+// ForEach calls fn for every element of items on p, concurrently, and
+// returns when every call has returned, with MapErr's error policy and
+// options.
+func ForEach[T any](ctx context.Context, p *Pool, items []T, fn func(context.Context, T) error, opts ...GroupOption) error {
+	if fn == nil {
+		return ErrNilTask
+	}
+	var c core[struct{}]
+	c.exec = func(ctx context.Context, i int, _ struct{}) error { return fn(ctx, items[i]) }
+	c.init(ctx, p, opts, &indexChunks)
+	c.pushN(len(items))
+	return c.wait()
+}
+
+// MapSeq is Map over an iterator: see MapErrSeq.
+func MapSeq[T, R any](ctx context.Context, p *Pool, seq iter.Seq[T], fn func(context.Context, T) R, opts ...GroupOption) ([]R, error) {
+	if fn == nil {
+		return nil, ErrNilTask
+	}
+	return MapErrSeq(ctx, p, seq, func(ctx context.Context, v T) (R, error) { return fn(ctx, v), nil }, opts...)
+}
+
+// MapErrSeq is MapErr over an iterator: it calls fn for every value seq
+// yields and returns the results in the order they were yielded.
+//
+// It pulls values from seq on the calling goroutine only as fast as they
+// are processed: at most a window of values is pulled and not yet done,
+// the WithLimit limit if given, else the pool's worker limit when MapErrSeq
+// starts. While the window is full it runs calls itself. Once the group is
+// cancelled (by an error or ctx) it stops pulling. The results grow in
+// chunks and are copied once into the returned slice.
+func MapErrSeq[T, R any](ctx context.Context, p *Pool, seq iter.Seq[T], fn func(context.Context, T) (R, error), opts ...GroupOption) ([]R, error) {
+	if fn == nil {
+		return nil, ErrNilTask
+	}
+	var out slots[R]
+	var c core[T]
+	c.exec = func(ctx context.Context, i int, v T) error {
+		r, err := fn(ctx, v)
+		*out.at(i) = r
+		return err
+	}
+	c.grow = out.grow
+	c.init(ctx, p, opts, nil)
+	feed(&c, seq)
+	err := c.wait()
+	return out.collect(c.seq), err
+}
+
+// ForEachSeq calls fn for every value seq yields, concurrently on p, and
+// returns when every call has returned. It pulls values as MapErrSeq does,
+// so it processes an iterator of any length in bounded memory, and has
+// MapErr's error policy and options.
+func ForEachSeq[T any](ctx context.Context, p *Pool, seq iter.Seq[T], fn func(context.Context, T) error, opts ...GroupOption) error {
+	if fn == nil {
+		return ErrNilTask
+	}
+	var c core[T]
+	c.exec = func(ctx context.Context, _ int, v T) error { return fn(ctx, v) }
+	c.init(ctx, p, opts, nil)
+	feed(&c, seq)
+	return c.wait()
+}
+
+// feed pushes the values of seq into c, keeping at most a window of them
+// unfinished.
+func feed[T any](c *core[T], seq iter.Seq[T]) {
+	if seq == nil {
+		c.fail(ErrNilTask)
+		return
+	}
+	window := c.cfg.limit
+	if window == 0 {
+		window = c.p.maxWorkers()
+	}
+	for v := range seq {
+		if c.ctx.Err() != nil {
+			return
+		}
+		c.await(window - 1)
+		if c.ctx.Err() != nil || c.push(v) != nil {
+			return
+		}
+	}
+}

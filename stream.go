@@ -1,0 +1,269 @@
+package crew
+
+import (
+	"context"
+	"runtime/debug"
+	"sync"
+)
+
+// A Stream runs tasks concurrently on a pool and their callbacks one at a
+// time, in submission order: the shape of sourcegraph/conc's stream, for
+// work whose results must be consumed in order (written to a file, sent on
+// a connection) while being computed in parallel.
+//
+// A task returns its callback (nil for none). The callback of the i-th task
+// runs after the callbacks of the tasks before it have returned, never at
+// the same time as another callback of the stream, so callbacks may touch
+// shared state without a lock. A callback runs on the goroutine that
+// completes the task at the head of the line (a worker, or a Go or Wait
+// that ran the task itself, see Group.Wait), which then also runs the
+// callbacks of the tasks after it that are already done: there is no extra
+// goroutine and no channel per task, and a task costs no allocation beyond
+// its closure and its callback's.
+//
+// Backpressure: at most window tasks are between Go and the end of their
+// callback. Go blocks while the window is full (running queued tasks of the
+// stream itself meanwhile), so a fast producer cannot run ahead of a slow
+// head of line or slow callbacks. The window is the WithLimit limit if
+// given (which also bounds the tasks running at once), else the pool's
+// worker limit when the stream is made.
+//
+// Failures: a panic in a task or a callback is recovered as a *PanicError,
+// cancels the stream (unless WithAllErrors) and comes back from Wait (or is
+// re-panicked there WithRepanic). Callbacks run up to the first task that
+// produced none, because it panicked or was skipped after the stream was
+// cancelled; no later callback runs, so consumers never see a gap in the
+// order. Tasks report their own errors through their callbacks.
+//
+// A Stream must be made with NewStream and is safe for concurrent use. A
+// callback must not call Go on its own stream: with the window full it
+// would wait for itself.
+type Stream struct {
+	c      core[func(context.Context) func()]
+	window int
+
+	mu       sync.Mutex // after c.mu when both are held
+	slots    []streamSlot
+	head     int // sequence number of the next callback
+	inflight int // tasks accepted (or being accepted) whose callback is not consumed
+	calling  bool
+	broken   bool // a task produced no callback, or a callback failed
+	waiters  int
+	space    chan struct{}
+}
+
+type streamSlot struct {
+	cb    func()
+	state uint8
+}
+
+const (
+	slotReady = 1 + iota // the task returned cb
+	slotGap              // the task panicked or was skipped
+)
+
+// NewStream returns a stream of tasks that run on p with a context derived
+// from ctx, as NewGroup's is. It panics with an error wrapping ErrInvalid if
+// ctx is nil.
+func NewStream(ctx context.Context, p *Pool, opts ...GroupOption) *Stream {
+	s := new(Stream)
+	s.c.exec = s.exec
+	s.c.lost = s.skipped
+	s.c.grow = s.grow
+	s.c.init(ctx, p, opts, nil)
+	s.window = s.c.cfg.limit
+	if s.window == 0 {
+		s.window = p.maxWorkers()
+	}
+	s.space = make(chan struct{}, 1)
+	return s
+}
+
+// Go submits task, waiting while the stream's window is full. It returns
+// ErrNilTask for a nil task, ErrGroupDone after Wait has returned,
+// ErrStopped once the pool has begun to stop, and the cause of the
+// stream's context once it is cancelled (the task would not run): in all
+// these cases task never runs.
+func (s *Stream) Go(task func(ctx context.Context) func()) error {
+	if s.space == nil {
+		return errZeroGroup
+	}
+	if task == nil {
+		s.c.fail(ErrNilTask)
+		return ErrNilTask
+	}
+	s.mu.Lock()
+	for s.inflight >= s.window {
+		s.waiters++
+		s.mu.Unlock()
+		if !s.c.helpOne() {
+			select {
+			case <-s.space:
+			case <-s.c.ctx.Done():
+			}
+		}
+		s.mu.Lock()
+		s.waiters--
+		if s.c.ctx.Err() != nil {
+			break
+		}
+	}
+	if s.c.ctx.Err() != nil {
+		s.mu.Unlock()
+		if s.c.finished() {
+			return ErrGroupDone
+		}
+		return context.Cause(s.c.ctx)
+	}
+	s.inflight++
+	if s.inflight < s.window {
+		s.signal() // room for another waiting producer
+	}
+	s.mu.Unlock()
+	if err := s.c.push(task); err != nil {
+		s.mu.Lock()
+		s.release()
+		s.mu.Unlock()
+		return err
+	}
+	return nil
+}
+
+// Wait blocks until every task has finished and every callback that is to
+// run has returned, and returns the stream's error as Group.Wait does.
+// While it waits it runs queued tasks itself. Later Go calls return
+// ErrGroupDone.
+func (s *Stream) Wait() error { return s.c.wait() }
+
+// Context returns the stream's context, the one its tasks receive.
+func (s *Stream) Context() context.Context { return s.c.ctx }
+
+func (s *Stream) exec(ctx context.Context, seq int, task func(context.Context) func()) error {
+	delivered := false
+	defer func() {
+		if !delivered { // task panicked or called runtime.Goexit
+			s.deliver(seq, nil, slotGap)
+		}
+	}()
+	cb := task(ctx)
+	delivered = true
+	s.deliver(seq, cb, slotReady)
+	return nil
+}
+
+func (s *Stream) skipped(seq int) { s.deliver(seq, nil, slotGap) }
+
+// grow makes room in the ring of slots for seq. Called under s.c.mu, with
+// sequence numbers in order.
+func (s *Stream) grow(seq int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if seq-s.head < len(s.slots) {
+		return
+	}
+	n := max(16, 2*len(s.slots))
+	for n <= seq-s.head {
+		n *= 2
+	}
+	slots := make([]streamSlot, n)
+	for i := s.head; i < seq; i++ {
+		slots[i&(n-1)] = s.slots[i&(len(s.slots)-1)]
+	}
+	s.slots = slots
+}
+
+// deliver records the outcome of task seq and, if that task is at the head
+// of the line and no callback is running, runs the callbacks that are due.
+func (s *Stream) deliver(seq int, cb func(), state uint8) {
+	s.mu.Lock()
+	sl := &s.slots[seq&(len(s.slots)-1)]
+	sl.cb, sl.state = cb, state
+	if s.calling || seq != s.head {
+		s.mu.Unlock()
+		return
+	}
+	s.calling = true
+	s.consume()
+	s.mu.Unlock()
+}
+
+// consume takes the slots that are due, in order, and runs their
+// callbacks, unlocking s.mu around each. Called under s.mu with calling set;
+// it clears calling when no slot is due.
+func (s *Stream) consume() {
+	for {
+		sl := &s.slots[s.head&(len(s.slots)-1)]
+		if sl.state == 0 {
+			break
+		}
+		cb, state := sl.cb, sl.state
+		*sl = streamSlot{}
+		s.head++
+		if state == slotGap {
+			s.broken = true
+		}
+		if s.broken || cb == nil {
+			s.release()
+			continue
+		}
+		s.mu.Unlock()
+		pe := s.call(cb)
+		if pe != nil {
+			s.c.fail(pe)
+		}
+		s.mu.Lock()
+		s.release() // the task leaves the window when its callback returns
+		if pe != nil {
+			s.broken = true
+		}
+	}
+	s.calling = false
+}
+
+// release takes a task out of the window. Called under s.mu.
+func (s *Stream) release() {
+	s.inflight--
+	s.signal()
+}
+
+// call runs a callback, recovering a panic unless the pool crashes on
+// panics.
+func (s *Stream) call(cb func()) (pe *PanicError) {
+	if s.c.crash {
+		cb()
+		return nil
+	}
+	returned := false
+	defer func() {
+		if returned {
+			return
+		}
+		if v := recover(); v != nil {
+			s.c.p.notePanic()
+			pe = &PanicError{Value: v, Stack: debug.Stack()}
+			return
+		}
+		// runtime.Goexit: this goroutine ends here. Fail the stream and
+		// consume what is due (no callback runs once broken) so that no
+		// producer waits on slots nobody will take.
+		s.c.fail(ErrGoexit)
+		s.mu.Lock()
+		s.release()
+		s.broken = true
+		s.consume()
+		s.mu.Unlock()
+	}()
+	cb()
+	returned = true
+	return nil
+}
+
+// signal wakes a producer waiting for room in the window. Called under s.mu.
+func (s *Stream) signal() {
+	if s.waiters > 0 {
+		select {
+		case s.space <- struct{}{}:
+		default:
+		}
+	}
+}

@@ -1,0 +1,240 @@
+package crew_test
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"runtime"
+	"slices"
+	"sync/atomic"
+	"testing"
+
+	"github.com/gocrew/crew"
+	"github.com/gocrew/crew/internal/leak"
+)
+
+func waitStream(t *testing.T, s *crew.Stream) error {
+	t.Helper()
+	var err error
+	within(t, groupDeadline, "Stream.Wait", func() { err = s.Wait() })
+	return err
+}
+
+// Tasks finish in a random order; callbacks run in submission order, one
+// at a time.
+func TestStreamOrderedCallbacks(t *testing.T) {
+	leak.Check(t)
+	const n = 40
+	p := crew.New(n)
+	defer p.Stop()
+	order := rand.Perm(n)
+	fo := finishInOrder(order)
+	s := crew.NewStream(context.Background(), p)
+	var got []int // touched by callbacks only: no lock needed
+	var inCallback, overlap atomic.Int64
+	for i := range n {
+		if err := s.Go(func(ctx context.Context) func() {
+			fo.turn(i)
+			return func() {
+				if inCallback.Add(1) > 1 {
+					overlap.Add(1)
+				}
+				got = append(got, i)
+				inCallback.Add(-1)
+			}
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := waitStream(t, s); err != nil {
+		t.Fatal(err)
+	}
+	fo.check(t, order)
+	if overlap.Load() != 0 {
+		t.Fatal("callbacks overlapped")
+	}
+	want := make([]int, n)
+	for i := range want {
+		want[i] = i
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("callbacks ran in order %v", got)
+	}
+}
+
+// Go blocks while window tasks are between Go and the end of their
+// callback.
+func TestStreamWindow(t *testing.T) {
+	leak.Check(t)
+	p := crew.New(8)
+	defer p.Stop()
+	const window = 3
+	s := crew.NewStream(context.Background(), p, crew.WithLimit(window))
+	var accepted, called, worst atomic.Int64
+	within(t, groupDeadline, "producing", func() {
+		for i := range 500 {
+			if err := s.Go(func(ctx context.Context) func() {
+				return func() { called.Add(1) }
+			}); err != nil {
+				t.Error(err)
+				return
+			}
+			if ahead := accepted.Add(1) - called.Load(); ahead > worst.Load() {
+				worst.Store(ahead)
+			}
+			if i%7 == 0 { // tasks without a callback take room too
+				s.Go(func(ctx context.Context) func() { return nil })
+			}
+		}
+	})
+	if err := waitStream(t, s); err != nil {
+		t.Fatal(err)
+	}
+	if worst.Load() > window {
+		t.Fatalf("%d tasks in flight, window %d", worst.Load(), window)
+	}
+	if called.Load() != 500 {
+		t.Fatalf("%d callbacks ran, want 500", called.Load())
+	}
+}
+
+// A panicking task: the callbacks before it run, none after it, and Wait
+// returns the panic.
+func TestStreamPanicStopsCallbacks(t *testing.T) {
+	leak.Check(t)
+	p := crew.New(4)
+	defer p.Stop()
+	s := crew.NewStream(context.Background(), p)
+	var got []int
+	gate := make(chan struct{})
+	fiveDone := make(chan struct{})
+	for i := range 5 {
+		s.Go(func(ctx context.Context) func() {
+			return func() {
+				got = append(got, i)
+				if i == 4 {
+					close(fiveDone)
+				}
+			}
+		})
+	}
+	s.Go(func(ctx context.Context) func() {
+		<-fiveDone // the callbacks before the panic have run
+		<-gate
+		panic("task 5")
+	})
+	s.Go(func(ctx context.Context) func() {
+		close(gate) // task 6 finishes before task 5 panics
+		return func() { got = append(got, 6) }
+	})
+	err := waitStream(t, s)
+	var pe *crew.PanicError
+	if !errors.As(err, &pe) || pe.Value != "task 5" {
+		t.Fatalf("Wait = %v, want the panic", err)
+	}
+	if !slices.Equal(got, []int{0, 1, 2, 3, 4}) {
+		t.Fatalf("callbacks %v, want 0..4 and none after the panic", got)
+	}
+}
+
+func TestStreamCallbackPanic(t *testing.T) {
+	leak.Check(t)
+	p := crew.New(2)
+	defer p.Stop()
+	s := crew.NewStream(context.Background(), p, crew.WithLimit(1))
+	var got []int
+	for i := range 5 {
+		s.Go(func(ctx context.Context) func() {
+			return func() {
+				if i == 2 {
+					panic("callback 2")
+				}
+				got = append(got, i)
+			}
+		})
+	}
+	err := waitStream(t, s)
+	var pe *crew.PanicError
+	if !errors.As(err, &pe) || pe.Value != "callback 2" {
+		t.Fatalf("Wait = %v, want the callback's panic", err)
+	}
+	if !slices.Equal(got, []int{0, 1}) {
+		t.Fatalf("callbacks %v, want 0 1", got)
+	}
+}
+
+func TestStreamMisuse(t *testing.T) {
+	leak.Check(t)
+	p := crew.New(2)
+	defer p.Stop()
+	s := crew.NewStream(context.Background(), p)
+	s.Go(func(ctx context.Context) func() { return nil })
+	if err := waitStream(t, s); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Go(func(ctx context.Context) func() { return nil }); err != crew.ErrGroupDone {
+		t.Fatalf("Go after Wait = %v", err)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	s = crew.NewStream(ctx, p)
+	cancel()
+	if err := s.Go(func(ctx context.Context) func() { return nil }); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Go on a cancelled stream = %v", err)
+	}
+	if err := s.Go(nil); err != crew.ErrNilTask {
+		t.Fatalf("Go(nil) = %v", err)
+	}
+	if err := waitStream(t, s); err != crew.ErrNilTask {
+		t.Fatalf("Wait = %v, want ErrNilTask", err)
+	}
+}
+
+// A producer blocked on a full window returns when the stream is cancelled.
+func TestStreamCancelWhileBlocked(t *testing.T) {
+	leak.Check(t)
+	p := crew.New(2)
+	defer p.Stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	s := crew.NewStream(ctx, p, crew.WithLimit(1))
+	gate := make(chan struct{})
+	started := make(chan struct{})
+	s.Go(func(ctx context.Context) func() { close(started); <-gate; return nil })
+	<-started // so that it is not skipped by the cancellation
+	errc := make(chan error, 1)
+	go func() { errc <- s.Go(func(ctx context.Context) func() { return nil }) }()
+	cancel()
+	if err := recv(t, errc, "the blocked Go"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("blocked Go = %v", err)
+	}
+	close(gate)
+	if err := waitStream(t, s); err != nil {
+		t.Fatalf("Wait = %v (no task was skipped)", err)
+	}
+}
+
+// A callback that calls runtime.Goexit ends its goroutine (a worker here);
+// the stream fails with ErrGoexit, no later callback runs and nothing
+// hangs.
+func TestStreamCallbackGoexit(t *testing.T) {
+	leak.Check(t)
+	p := crew.New(2)
+	defer p.Stop()
+	// A window wide enough that Go never runs a task itself.
+	s := crew.NewStream(context.Background(), p, crew.WithLimit(8))
+	cbStarted := make(chan struct{})
+	s.Go(func(ctx context.Context) func() {
+		return func() { close(cbStarted); runtime.Goexit() }
+	})
+	var later atomic.Bool
+	for range 3 {
+		s.Go(func(ctx context.Context) func() { return func() { later.Store(true) } })
+	}
+	recv(t, cbStarted, "the first callback")
+	if err := waitStream(t, s); err != crew.ErrGoexit {
+		t.Fatalf("Wait = %v, want ErrGoexit", err)
+	}
+	if later.Load() {
+		t.Fatal("a callback ran after the one that called Goexit")
+	}
+}
