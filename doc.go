@@ -31,13 +31,24 @@
 // lets panics crash the program instead. A task that calls runtime.Goexit
 // ends its worker, which is replaced; its Task reports ErrGoexit.
 //
+// # Groups and results
+//
+// Group runs related tasks on a pool with errgroup's semantics: the first
+// error cancels the group's context and tasks still queued for it never
+// start. ResultGroup, Map, MapErr and ForEach (and their iter.Seq forms)
+// return results in submission order; Do returns a typed Future; Stream
+// runs tasks concurrently and their callbacks one at a time, in order.
+// A group never holds a pool worker while it waits for its own limit.
+//
 // # Costs
 //
-// Go allocates nothing and costs about 30 ns per task on two cores, whether
-// the pool allows 2 or 200,000 workers: workers pull tasks from sharded
-// queues instead of being handed each one, and a new worker is woken only
-// when none is already looking for work, so tiny tasks run on about
-// GOMAXPROCS workers while blocking tasks grow the pool towards its limit. A
-// queued task costs 16 bytes. Submit costs three small allocations for its
-// Task. BENCHMARKS.md has the measurements and the commands that made them.
+// Go allocates nothing and costs tens of nanoseconds per task (36-74 ns
+// on two cores in the dispatch benchmark, whether the pool allows 2 or
+// 200,000 workers; more when a small pool is saturated): workers pull tasks from
+// sharded queues instead of being handed each one, and a new worker is woken
+// only when none is already looking for work, so tiny tasks run on a few
+// workers while blocking tasks grow the pool towards its limit. A queued Go
+// task costs about 9 bytes of heap. Submit costs three small allocations for
+// its Task. BENCHMARKS.md has the measurements and the commands that made
+// them.
 package crew

@@ -70,7 +70,8 @@ func New(maxWorkers int, opts ...Option) *Pool {
 }
 
 // Go submits task to run on a worker and returns without waiting for it.
-// It allocates nothing (about 30 ns on two cores).
+// It allocates nothing; BENCHMARKS.md has its cost per task (tens of
+// nanoseconds on two cores).
 //
 // If the pool's queue is bounded and full, Go waits for room, or returns
 // ErrQueueFull WithNonBlocking. It returns ErrStopped once Stop or Shutdown
