@@ -29,7 +29,7 @@ const (
 	staleWake = 100 * time.Microsecond
 )
 
-// Config configures an Engine. Run is required.
+// Config configures an Engine. Run or NewRunner is required.
 type Config[T any] struct {
 	MaxWorkers  int           // > 0
 	MinWorkers  int           // workers kept when idle, <= MaxWorkers
@@ -38,6 +38,12 @@ type Config[T any] struct {
 
 	// Run executes a task. A panic in Run is passed to OnPanic.
 	Run func(T)
+	// NewRunner, if set, is called once by every worker when it starts, on
+	// that worker's goroutine; the worker then runs its tasks with the
+	// returned run instead of Run, and calls done (if not nil) when it
+	// retires. It gives each worker state of its own (a connection, a
+	// buffer, goroutine labels) at no cost per task.
+	NewRunner func() (run func(T), done func())
 	// OnPanic receives a task that panicked, the recovered value and the
 	// stack where it happened. When nil, panics are not recovered and crash
 	// the program.
@@ -54,11 +60,12 @@ type Config[T any] struct {
 
 // Engine schedules tasks of type T onto a bounded set of worker goroutines.
 type Engine[T any] struct {
-	run      func(T)
-	onPanic  func(T, any, []byte)
-	onGoexit func(T)
-	drop     func(T)
-	start    func(func()) bool
+	run       func(T)
+	newRunner func() (func(T), func())
+	onPanic   func(T, any, []byte)
+	onGoexit  func(T)
+	drop      func(T)
+	start     func(func()) bool
 
 	shards []shard[T]
 	mask   uint32
@@ -110,7 +117,7 @@ func (s *shard[T]) len() uint64 { return s.pushed.Load() - s.popped.Load() }
 // New returns a started engine. It spawns MinWorkers workers at once.
 // The caller validates cfg; New panics on values that make no sense.
 func New[T any](cfg Config[T]) *Engine[T] {
-	if cfg.MaxWorkers <= 0 || cfg.MinWorkers < 0 || cfg.MinWorkers > cfg.MaxWorkers || cfg.IdleTimeout < 0 || cfg.Run == nil {
+	if cfg.MaxWorkers <= 0 || cfg.MinWorkers < 0 || cfg.MinWorkers > cfg.MaxWorkers || cfg.IdleTimeout < 0 || cfg.Run == nil && cfg.NewRunner == nil {
 		panic("engine: invalid config")
 	}
 	n := 1
@@ -118,17 +125,18 @@ func New[T any](cfg Config[T]) *Engine[T] {
 		n <<= 1
 	}
 	e := &Engine[T]{
-		run:      cfg.Run,
-		onPanic:  cfg.OnPanic,
-		onGoexit: cfg.OnGoexit,
-		drop:     cfg.Drop,
-		start:    cfg.Start,
-		shards:   make([]shard[T], n),
-		mask:     uint32(n - 1),
-		bounded:  cfg.QueueSize >= 0,
-		queue:    int64(cfg.QueueSize),
-		idleTime: cfg.IdleTimeout,
-		epoch:    time.Now(),
+		run:       cfg.Run,
+		newRunner: cfg.NewRunner,
+		onPanic:   cfg.OnPanic,
+		onGoexit:  cfg.OnGoexit,
+		drop:      cfg.Drop,
+		start:     cfg.Start,
+		shards:    make([]shard[T], n),
+		mask:      uint32(n - 1),
+		bounded:   cfg.QueueSize >= 0,
+		queue:     int64(cfg.QueueSize),
+		idleTime:  cfg.IdleTimeout,
+		epoch:     time.Now(),
 	}
 	e.maxSpinning = runtime.GOMAXPROCS(0)
 	e.maxWorkers.Store(int64(cfg.MaxWorkers))

@@ -22,6 +22,7 @@ const (
 
 type worker[T any] struct {
 	e                  *Engine[T]
+	run                func(T)
 	home               uint32
 	done               int64         // finished tasks not yet subtracted from e.state
 	wake               chan struct{} // buffered(1): a waker's go-ahead
@@ -106,7 +107,16 @@ func (w *worker[T]) flush(idle bool) {
 }
 
 func (w *worker[T]) main() {
-	w.e.starting.Add(-1)
+	e := w.e
+	e.starting.Add(-1)
+	w.run = e.run
+	if e.newRunner != nil {
+		var done func()
+		w.run, done = e.newRunner()
+		if done != nil {
+			defer done()
+		}
+	}
 	// Whoever started this worker counted it as a searcher.
 	for searching := true; !w.loop(searching); searching = false {
 	}
@@ -152,7 +162,7 @@ func (w *worker[T]) loop(searching bool) (retired bool) {
 			return true
 		}
 		searching = false
-		e.run(t)
+		w.run(t)
 		if w.done++; w.done >= completionBatch || e.bounded {
 			w.flush(false)
 		}
