@@ -1,18 +1,27 @@
 package engine
 
-// chunkLen is the number of tasks per queue chunk. With 8-byte tasks a chunk
-// is half a kilobyte: large enough that allocation is rare, small enough that
-// an idle shard keeps little memory.
-const chunkLen = 64
+const (
+	// minChunk is the number of tasks in a queue's first chunk: with 8-byte
+	// tasks, half a kilobyte, so an idle shard keeps little memory.
+	minChunk = 64
+	// maxChunk bounds chunk growth: each new chunk of a growing queue is
+	// twice the size of the last, so a backlog of n tasks costs about
+	// log2(n/minChunk) allocations, not n/minChunk.
+	maxChunk = 1 << 16
+	// keepChunk is the largest chunk a drained queue keeps for reuse; a
+	// bigger one, left by a burst, goes back to the garbage collector.
+	keepChunk = 1 << 10
+)
 
 type chunk[T any] struct {
-	items [chunkLen]T
+	items []T
 	next  *chunk[T]
 }
 
-// fifo is an unbounded first-in first-out queue built from fixed-size chunks.
-// A drained queue keeps one chunk in use and one spare, so a steady stream of
-// tasks allocates nothing while the memory of a burst goes back to the garbage
+// fifo is an unbounded first-in first-out queue built from chunks that
+// double in size as the queue grows. A queue that drains keeps one chunk of
+// at most keepChunk tasks (and one small spare), so a steady stream of tasks
+// allocates nothing, while the memory of a burst goes back to the garbage
 // collector. fifo is not safe for concurrent use; a shard guards it.
 type fifo[T any] struct {
 	head, tail *chunk[T]
@@ -22,11 +31,11 @@ type fifo[T any] struct {
 
 func (q *fifo[T]) push(t T) {
 	if q.tail == nil {
-		c := q.acquire()
+		c := q.acquire(minChunk)
 		q.head, q.tail = c, c
 	}
-	if q.w == chunkLen {
-		c := q.acquire()
+	if q.w == len(q.tail.items) {
+		c := q.acquire(min(2*len(q.tail.items), maxChunk))
 		q.tail.next = c
 		q.tail = c
 		q.w = 0
@@ -46,20 +55,26 @@ func (q *fifo[T]) pop() (t T, ok bool) {
 	q.r++
 	switch {
 	case c == q.tail && q.r == q.w:
-		q.r, q.w = 0, 0 // empty: rewind and reuse the chunk
-	case c != q.tail && q.r == chunkLen:
+		q.r, q.w = 0, 0 // empty: rewind and reuse the chunk, if small
+		if len(c.items) > keepChunk {
+			q.head, q.tail = nil, nil
+		}
+	case c != q.tail && q.r == len(c.items):
 		q.head = c.next
 		q.r = 0
 		c.next = nil
-		q.spare = c
+		if len(c.items) == minChunk {
+			q.spare = c
+		}
 	}
 	return t, true
 }
 
-func (q *fifo[T]) acquire() *chunk[T] {
-	if c := q.spare; c != nil {
+// acquire returns an empty chunk of n tasks, the spare if it fits.
+func (q *fifo[T]) acquire(n int) *chunk[T] {
+	if c := q.spare; c != nil && len(c.items) == n {
 		q.spare = nil
 		return c
 	}
-	return new(chunk[T])
+	return &chunk[T]{items: make([]T, n)}
 }
