@@ -3,48 +3,68 @@
 //
 // # Algorithm
 //
-// Producers never hand a task to a particular worker; they append it to one of
-// a small set of shards, each a mutex-guarded chunked FIFO, picked at random
-// (a cheap per-thread generator), so that producers on different cores rarely
-// meet on one lock. Workers pull: each starts at its home shard and steals
+// Producers never hand a task to a particular worker; they append it to one
+// of a small set of shards (twice GOMAXPROCS, rounded up to a power of two),
+// each a mutex-guarded FIFO of chunks, picked at random by a cheap per-thread
+// generator and skipped when its lock is busy, so producers on different
+// cores rarely meet. Workers pull: each starts at its home shard and takes
 // from the others when that is empty. Handing a task to a parked goroutine
 // costs a wake-up per task (about 250 ns); pulling costs a lock and an unlock
-// (about 5 ns), which is why crew pulls.
+// (about 5 ns), which is why crew pulls. A worker takes one task at a time:
+// a batch taken from a shard would be hidden from the other workers while
+// its owner is blocked in a task, and a task waiting for one of them would
+// deadlock the pool below its limit.
 //
 // Waking is the expensive part, so it follows the Go scheduler's rule (see
-// findRunnable and wakep in runtime/proc.go): a worker that finds no task
-// becomes a searcher, spins for a short while, then parks on its own channel.
-// After a push, a producer wakes a parked worker, or starts a new one below the
-// limit, only when no worker is searching. A woken or new worker counts as a
-// searcher until it has run and found a task, so while the CPUs are saturated
-// new workers wait in the run queue, keep the searcher count up and stop
-// further wakes: the pool stays near GOMAXPROCS workers for tiny tasks. When
-// tasks block (sleep, I/O), new workers run at once, find the backlog and
-// the pool grows towards its limit as fast as tasks arrive.
+// findRunnable, resetspinning and wakep in runtime/proc.go): a worker that
+// finds no task becomes a searcher, spins for a short while yielding the
+// processor, then parks on its own channel. After a push, a producer wakes a
+// parked worker, or starts a new one below the limit, only when no worker
+// is searching; a searcher that finds a task wakes the next one while tasks
+// remain queued, so a backlog spreads over workers even after the producers
+// stop. A woken or new worker counts as a searcher until it has run and
+// found a task: while the processors are saturated new workers wait in the
+// run queue, keep the count up and stop further wakes, so tiny tasks run on
+// a few workers; when tasks block (sleep, I/O), new workers run at once,
+// find the backlog and the pool grows towards its limit. At most GOMAXPROCS
+// searchers spin at a time; the others park after one look.
+//
+// Counting a woken worker as a searcher fails when its goroutine does not
+// get a processor for long (a million runnable producers, or a processor
+// the host has descheduled): producers would wake nobody while the backlog
+// grows. So every 64th push into a shard checks for that — a woken worker
+// that has not started, or a shard holding a run of undrained pushes — and
+// then wakes one more worker, at most once per 100 µs.
 //
 // The race between a worker going to sleep and a producer deciding nobody is
 // searching is closed like the runtime closes it: the worker first stops
 // counting itself as a searcher and registers as idle, then looks at the
 // queues once more; the producer first pushes, then reads the searcher count
-// and the idle list. With sequentially consistent atomics one of them sees the
-// other.
+// and the idle list. With sequentially consistent atomics one of them sees
+// the other.
 //
 // # Accounting
 //
-// One atomic word holds the number of unfinished tasks (queued or running) and
-// a closed bit. Accepting a task adds one to it, and the same instruction
-// reports whether the engine was already closed, so a task is either refused or
-// counted before Stop can observe an idle engine: no task is lost between
-// the check and the push. Workers count completions locally and subtract them
-// in one step when they run out of work (or every completionBatch tasks), so
-// the shared word is touched once per burst rather than once per task. When it
-// reaches zero, waiters in Wait and Stop are woken.
+// Each shard counts the tasks pushed into it and popped from it, under its
+// lock, and carries a closed flag read under the same lock, so a task is
+// either refused or counted before Close returns: no task is lost between a
+// check and a push. Workers count completions locally and publish them when
+// they run out of work (or every completionBatch tasks), so no word shared
+// by all producers and workers is written per task. Unfinished tasks are
+// the pushed count minus completed and dropped, read finished-first: both
+// only grow, so a zero means every accepted task had finished at one
+// instant, which is what Wait and Stop wait for.
+//
+// Bounded engines add one admission counter, kept below MaxWorkers plus the
+// queue size; producers that find it full wait on a signal or fail.
 //
 // Panics are recovered once per worker loop, not once per task: a deferred
 // function at the top of the loop reports the panic and the worker re-enters
 // the loop. runtime.Goexit in a task ends that worker's goroutine; the same
 // deferred function accounts for the task and starts a replacement.
 //
-// Idle workers retire after an idle timeout, down to a minimum. A drained
-// shard keeps one chunk and one spare, so the memory of a burst is returned.
+// Idle workers retire after an idle timeout, down to a minimum. Queue chunks
+// double in size as a backlog grows and a drained shard keeps one small
+// chunk, so a backlog of n tasks costs about log2(n) allocations and the
+// memory of a burst is returned.
 package engine
