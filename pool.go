@@ -31,6 +31,10 @@ type Pool struct {
 
 	mu     sync.Mutex
 	queued taskList // Submit tasks accepted and not started
+
+	name string    // WithName
+	obs  *observer // nil unless WithHooks, WithLatency or WithLogger (observe.go)
+	slow bool      // nonBlocking || obs != nil: push goes through pushSlow
 }
 
 // New returns a pool that runs at most maxWorkers tasks at a time.
@@ -65,6 +69,8 @@ func New(maxWorkers int, opts ...Option) *Pool {
 	if !c.crash {
 		cfg.OnPanic = p.recovered
 	}
+	p.setupObservability(&c, &cfg)
+	p.slow = p.nonBlocking || p.obs != nil
 	p.e = engine.New(cfg)
 	return p
 }
@@ -88,6 +94,9 @@ func (p *Pool) Go(task func()) error {
 // reports whether it did. It returns false when a bounded queue is full,
 // after Stop or Shutdown has begun, and for a nil task.
 func (p *Pool) TrySubmit(task func()) bool {
+	if p.obs != nil && task != nil {
+		return p.obs.push(nil, task, nil, pushTry) == nil
+	}
 	return task != nil && p.e != nil && p.e.TryPush(task) == nil
 }
 
@@ -104,6 +113,9 @@ func (p *Pool) SubmitCtx(ctx context.Context, task func()) error {
 	}
 	if err := ctx.Err(); err != nil {
 		return err
+	}
+	if p.obs != nil {
+		return p.obs.push(ctx, task, nil, pushCtx)
 	}
 	return p.e.Push(ctx, task)
 }
@@ -127,7 +139,7 @@ func (p *Pool) Submit(task func(ctx context.Context) error) *Task {
 		t.finish(errZeroPool)
 	default:
 		p.list(t)
-		if err := p.push(t.run); err != nil {
+		if err := p.pushTask(t); err != nil {
 			p.unlist(t)
 			t.finish(err)
 		}
@@ -135,11 +147,38 @@ func (p *Pool) Submit(task func(ctx context.Context) error) *Task {
 	return t
 }
 
+// pushTask queues a Submit task's run method.
+func (p *Pool) pushTask(t *Task) error {
+	if p.obs != nil {
+		return p.obs.push(nil, t.run, t, pushGo)
+	}
+	return p.push(t.run)
+}
+
+// push queues task for Go (and Submit). A plain pool tests the same two
+// fields as before observability existed: the engine, and slow, which
+// folds WithNonBlocking and observability into one flag.
 func (p *Pool) push(task func()) error {
 	switch {
 	case p.e == nil:
 		return errZeroPool
-	case p.nonBlocking:
+	case p.slow:
+		return p.pushSlow(task)
+	}
+	return p.e.Push(nil, task)
+}
+
+// pushSlow is push for a pool built WithNonBlocking or observed.
+func (p *Pool) pushSlow(task func()) error {
+	if p.obs != nil {
+		return p.obs.push(nil, task, nil, pushGo)
+	}
+	return p.pushPlain(task)
+}
+
+// pushPlain is push without observation.
+func (p *Pool) pushPlain(task func()) error {
+	if p.nonBlocking {
 		return p.e.TryPush(task)
 	}
 	return p.e.Push(nil, task)
@@ -175,10 +214,17 @@ func (p *Pool) Stop() {
 	if p.e == nil {
 		return
 	}
+	var began int64
+	if p.obs != nil {
+		began = monotime()
+	}
 	p.e.Close()
 	p.e.Wait(nil)
 	p.e.Exit()
 	p.cancel()
+	if p.obs != nil {
+		p.obs.stopped(began, 0)
+	}
 }
 
 // Shutdown stops the pool like Stop, but gives up waiting for queued tasks
@@ -192,6 +238,10 @@ func (p *Pool) Shutdown(ctx context.Context) error {
 	if p.e == nil {
 		return errZeroPool
 	}
+	var began int64
+	if p.obs != nil {
+		began = monotime()
+	}
 	p.e.Close()
 	err := p.e.Wait(ctx)
 	if err != nil {
@@ -204,6 +254,9 @@ func (p *Pool) Shutdown(ctx context.Context) error {
 	}
 	p.e.Exit()
 	p.cancel()
+	if p.obs != nil {
+		p.obs.stopped(began, int(p.e.Stats().Dropped))
+	}
 	if err != nil {
 		return &ShutdownError{Dropped: int(p.e.Stats().Dropped), Err: err}
 	}

@@ -733,8 +733,10 @@ func TestDefaultErrorHandlerLogs(t *testing.T) {
 	b.Add(ctx, 1) // waits for a flusher
 	b.Add(ctx, 2) // drops 1: not logged
 	close(release)
-	if err := b.Close(ctx); !errors.Is(err, errBoom) {
-		t.Fatalf("Close: %v, want an error wrapping errBoom", err)
+	// Close reports the failure only if it was still waiting for that
+	// flush; the log line must appear either way.
+	if err := b.Close(ctx); err != nil && !errors.Is(err, errBoom) {
+		t.Fatalf("Close: %v, want nil or an error wrapping errBoom", err)
 	}
 	if got := logged.String(); strings.Count(got, "\n") != 1 || !strings.Contains(got, "1 items not flushed: boom") {
 		t.Fatalf("logged %q, want one line about the failed flush", got)

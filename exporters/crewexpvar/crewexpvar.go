@@ -1,0 +1,98 @@
+// Package crewexpvar publishes the statistics of crew pools with the
+// standard library's expvar package, and so at /debug/vars.
+//
+//	p := crew.New(64, crew.WithName("mailer"), crew.WithLatency())
+//	crewexpvar.Publish("crew.mailer", p)
+//
+// It lives outside package crew because importing expvar registers the
+// /debug/vars handler on http.DefaultServeMux: only programs that import
+// crewexpvar get it. Like crew, it imports only the standard library.
+package crewexpvar
+
+import (
+	"expvar"
+	"time"
+
+	"github.com/gocrew/crew"
+)
+
+// Snapshot is what a published pool reports, as JSON. Durations are in
+// nanoseconds. Wait and Run are present only for a pool built
+// crew.WithLatency.
+type Snapshot struct {
+	Name       string     `json:"name,omitempty"`
+	MaxWorkers int        `json:"max_workers"`
+	Workers    int        `json:"workers"`
+	Idle       int        `json:"idle"`
+	Running    int        `json:"running"`
+	Queued     int        `json:"queued"`
+	Submitted  uint64     `json:"submitted"`
+	Completed  uint64     `json:"completed"`
+	Failed     uint64     `json:"failed"`
+	Panicked   uint64     `json:"panicked"`
+	Dropped    uint64     `json:"dropped"`
+	Wait       *Quantiles `json:"wait,omitempty"`
+	Run        *Quantiles `json:"run,omitempty"`
+}
+
+// Quantiles summarises a crew.HistogramSnapshot. Each quantile is within
+// crew.HistogramRelativeError of the exact one; Max is exact.
+type Quantiles struct {
+	Count  uint64        `json:"count"`
+	SumNs  time.Duration `json:"sum_ns"`
+	MeanNs time.Duration `json:"mean_ns"`
+	P50Ns  time.Duration `json:"p50_ns"`
+	P90Ns  time.Duration `json:"p90_ns"`
+	P99Ns  time.Duration `json:"p99_ns"`
+	MaxNs  time.Duration `json:"max_ns"`
+}
+
+func quantiles(s crew.HistogramSnapshot) *Quantiles {
+	return &Quantiles{
+		Count:  s.Count,
+		SumNs:  s.Sum,
+		MeanNs: s.Mean(),
+		P50Ns:  s.Quantile(0.5),
+		P90Ns:  s.Quantile(0.9),
+		P99Ns:  s.Quantile(0.99),
+		MaxNs:  s.Max,
+	}
+}
+
+// Read returns p's statistics now: Pool.Stats, and Pool.Latency when p
+// records latency. It costs a Stats call and, WithLatency, two histogram
+// snapshots (a few microseconds).
+func Read(p *crew.Pool) Snapshot {
+	st := p.Stats()
+	s := Snapshot{
+		Name:       p.Name(),
+		MaxWorkers: st.MaxWorkers,
+		Workers:    st.Workers,
+		Idle:       st.Idle,
+		Running:    st.Running,
+		Queued:     st.Queued,
+		Submitted:  st.Submitted,
+		Completed:  st.Completed,
+		Failed:     st.Failed,
+		Panicked:   st.Panicked,
+		Dropped:    st.Dropped,
+	}
+	if l, ok := p.Latency(); ok {
+		s.Wait, s.Run = quantiles(l.Wait), quantiles(l.Run)
+	}
+	return s
+}
+
+// Func returns an expvar.Var that reports Read(p) each time it is read,
+// for use in an expvar.Map or with expvar.Publish under a name of your
+// choice. Nothing is computed until the variable is read.
+func Func(p *crew.Pool) expvar.Func {
+	return func() any { return Read(p) }
+}
+
+// Publish publishes Func(p) under name. Like expvar.Publish, it panics if
+// the name is already taken; a published variable cannot be removed, so
+// publish long-lived pools only.
+func Publish(name string, p *crew.Pool) {
+	expvar.Publish(name, Func(p))
+}

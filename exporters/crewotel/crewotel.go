@@ -1,0 +1,146 @@
+// Package crewotel exports the statistics of crew pools as OpenTelemetry
+// metrics.
+//
+//	p := crew.New(64, crew.WithName("mailer"), crew.WithLatency())
+//	reg, err := crewotel.Register(otel.Meter("myapp"), p)
+//	...
+//	defer reg.Unregister()
+//
+// All instruments are asynchronous: the meter's reader calls back when it
+// collects, and the pools pay nothing for being exported between
+// collections. Every data point carries the attribute crew.pool, the
+// pool's name (crew.WithName); pools registered together need distinct
+// names.
+//
+// Instruments, for each pool:
+//
+//	crew.pool.workers          UpDownCounter {worker}  live worker goroutines
+//	crew.pool.workers.idle     UpDownCounter {worker}  workers parked waiting for a task
+//	crew.pool.workers.max      UpDownCounter {worker}  the worker limit
+//	crew.pool.tasks.running    UpDownCounter {task}    tasks running now
+//	crew.pool.tasks.queued     UpDownCounter {task}    tasks waiting for a worker
+//	crew.pool.tasks.submitted  Counter {task}          tasks accepted
+//	crew.pool.tasks.completed  Counter {task}          tasks finished, whatever their outcome
+//	crew.pool.tasks.failed     Counter {task}          Submit tasks that failed, panicked or called Goexit
+//	crew.pool.tasks.panicked   Counter {task}          tasks that panicked
+//	crew.pool.tasks.dropped    Counter {task}          queued tasks that Shutdown removed
+//
+// and for pools built crew.WithLatency:
+//
+//	crew.pool.task.wait.duration  Gauge s    queue wait quantiles: attribute quantile = 0.5, 0.9, 0.99, 1 (the maximum)
+//	crew.pool.task.run.duration   Gauge s    run time quantiles, likewise
+//	crew.pool.task.wait.time      Counter s  total queue wait of the tasks that started
+//	crew.pool.task.run.time       Counter s  total run time of the tasks that finished
+//
+// OpenTelemetry has no asynchronous histogram, so the latency is exported
+// as the quantiles crew computes (each within crew.HistogramRelativeError,
+// 3.125%, of the exact value; the maximum exactly), over the pool's whole
+// life, plus totals from which a backend can derive the mean over any
+// interval.
+package crewotel
+
+import (
+	"context"
+	"errors"
+
+	"github.com/gocrew/crew"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+)
+
+// PoolKey is the attribute that names the pool of a data point.
+const PoolKey = attribute.Key("crew.pool")
+
+// QuantileKey is the attribute that names the quantile of a latency data
+// point: 0.5, 0.9, 0.99, or 1 for the maximum.
+const QuantileKey = attribute.Key("quantile")
+
+// Quantiles are the quantiles exported for each latency histogram.
+var Quantiles = []float64{0.5, 0.9, 0.99, 1}
+
+type pool struct {
+	p     *crew.Pool
+	attrs metric.MeasurementOption   // crew.pool
+	quant []metric.MeasurementOption // crew.pool and quantile, per Quantiles
+}
+
+// Register creates crewotel's instruments on meter and a callback that
+// reports pools at each collection, and returns the callback's
+// registration: Unregister it to stop reporting. Each collection costs a
+// Stats call per pool and, for pools built WithLatency, two histogram
+// snapshots (a few microseconds each).
+func Register(meter metric.Meter, pools ...*crew.Pool) (metric.Registration, error) {
+	var errs []error
+	ud := func(name, unit, desc string) metric.Int64ObservableUpDownCounter {
+		i, err := meter.Int64ObservableUpDownCounter(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		errs = append(errs, err)
+		return i
+	}
+	ctr := func(name, desc string) metric.Int64ObservableCounter {
+		i, err := meter.Int64ObservableCounter(name, metric.WithUnit("{task}"), metric.WithDescription(desc))
+		errs = append(errs, err)
+		return i
+	}
+	gauge := func(name, desc string) metric.Float64ObservableGauge {
+		i, err := meter.Float64ObservableGauge(name, metric.WithUnit("s"), metric.WithDescription(desc))
+		errs = append(errs, err)
+		return i
+	}
+	total := func(name, desc string) metric.Float64ObservableCounter {
+		i, err := meter.Float64ObservableCounter(name, metric.WithUnit("s"), metric.WithDescription(desc))
+		errs = append(errs, err)
+		return i
+	}
+	workers := ud("crew.pool.workers", "{worker}", "Live worker goroutines.")
+	idle := ud("crew.pool.workers.idle", "{worker}", "Workers parked waiting for a task.")
+	maxWorkers := ud("crew.pool.workers.max", "{worker}", "The pool's worker limit.")
+	running := ud("crew.pool.tasks.running", "{task}", "Tasks running now.")
+	queued := ud("crew.pool.tasks.queued", "{task}", "Tasks waiting for a worker.")
+	submitted := ctr("crew.pool.tasks.submitted", "Tasks accepted.")
+	completed := ctr("crew.pool.tasks.completed", "Tasks that finished, whatever their outcome.")
+	failed := ctr("crew.pool.tasks.failed", "Submit tasks that returned an error, panicked or called runtime.Goexit.")
+	panicked := ctr("crew.pool.tasks.panicked", "Tasks that panicked.")
+	dropped := ctr("crew.pool.tasks.dropped", "Queued tasks that Shutdown removed without running them.")
+	wait := gauge("crew.pool.task.wait.duration", "Quantiles of the time from a task's submission to its start.")
+	run := gauge("crew.pool.task.run.duration", "Quantiles of the time from a task's start to its return.")
+	waitTotal := total("crew.pool.task.wait.time", "Total time tasks waited from submission to start.")
+	runTotal := total("crew.pool.task.run.time", "Total time tasks ran.")
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+
+	ps := make([]pool, len(pools))
+	for i, p := range pools {
+		name := PoolKey.String(p.Name())
+		ps[i] = pool{p: p, attrs: metric.WithAttributeSet(attribute.NewSet(name))}
+		for _, q := range Quantiles {
+			ps[i].quant = append(ps[i].quant, metric.WithAttributeSet(attribute.NewSet(name, QuantileKey.Float64(q))))
+		}
+	}
+	return meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		for _, p := range ps {
+			s := p.p.Stats()
+			o.ObserveInt64(workers, int64(s.Workers), p.attrs)
+			o.ObserveInt64(idle, int64(s.Idle), p.attrs)
+			o.ObserveInt64(maxWorkers, int64(s.MaxWorkers), p.attrs)
+			o.ObserveInt64(running, int64(s.Running), p.attrs)
+			o.ObserveInt64(queued, int64(s.Queued), p.attrs)
+			o.ObserveInt64(submitted, int64(s.Submitted), p.attrs)
+			o.ObserveInt64(completed, int64(s.Completed), p.attrs)
+			o.ObserveInt64(failed, int64(s.Failed), p.attrs)
+			o.ObserveInt64(panicked, int64(s.Panicked), p.attrs)
+			o.ObserveInt64(dropped, int64(s.Dropped), p.attrs)
+			l, ok := p.p.Latency()
+			if !ok {
+				continue
+			}
+			for i, q := range Quantiles {
+				o.ObserveFloat64(wait, l.Wait.Quantile(q).Seconds(), p.quant[i])
+				o.ObserveFloat64(run, l.Run.Quantile(q).Seconds(), p.quant[i])
+			}
+			o.ObserveFloat64(waitTotal, l.Wait.Sum.Seconds(), p.attrs)
+			o.ObserveFloat64(runTotal, l.Run.Sum.Seconds(), p.attrs)
+		}
+		return nil
+	}, workers, idle, maxWorkers, running, queued, submitted, completed, failed, panicked, dropped, wait, run, waitTotal, runTotal)
+}

@@ -1,0 +1,534 @@
+package crew_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gocrew/crew"
+	"github.com/gocrew/crew/internal/leak"
+)
+
+// spin keeps the processor busy for d: a task that takes a known time
+// without sleeping.
+func spin(d time.Duration) {
+	for start := time.Now(); time.Since(start) < d; {
+	}
+}
+
+func TestHooksReportWaitAndRunTimes(t *testing.T) {
+	leak.Check(t)
+	starts := make(chan crew.TaskEvent, 4)
+	finishes := make(chan crew.TaskEvent, 4)
+	p := crew.New(1, crew.WithName("timed"), crew.WithHooks(crew.Hooks{
+		TaskStart:  func(e crew.TaskEvent) { starts <- e },
+		TaskFinish: func(e crew.TaskEvent) { finishes <- e },
+	}))
+	defer p.Stop()
+
+	// A holds the only worker while B waits in the queue.
+	release, running := make(chan struct{}), make(chan struct{})
+	p.Go(func() { close(running); <-release })
+	<-running
+	<-starts // A's
+
+	var bStart, bEnd time.Time
+	beforeB := time.Now()
+	p.Go(func() {
+		bStart = time.Now()
+		spin(2 * time.Millisecond)
+		bEnd = time.Now()
+	})
+	afterB := time.Now()
+	spin(3 * time.Millisecond) // B waits at least this long
+	releaseAt := time.Now()
+	close(release)
+	p.Wait()
+	done := time.Now()
+
+	a := <-finishes
+	b := <-finishes
+	bs := <-starts
+	if a.Pool != "timed" || b.Pool != "timed" || bs.Pool != "timed" {
+		t.Errorf("Pool = %q, %q, %q; want timed", a.Pool, b.Pool, bs.Pool)
+	}
+	if a.Err != nil || b.Err != nil {
+		t.Errorf("Err = %v, %v; want nil for Go tasks", a.Err, b.Err)
+	}
+	if bs.Wait != b.Wait || bs.Run != 0 {
+		t.Errorf("TaskStart = %+v, TaskFinish = %+v: waits differ or start has a run time", bs, b)
+	}
+	// The pool stamps B after beforeB and before afterB, and starts it
+	// after releaseAt and before bStart.
+	if lo, hi := releaseAt.Sub(afterB), bStart.Sub(beforeB); b.Wait < lo || b.Wait > hi {
+		t.Errorf("B waited %v, want within [%v, %v]", b.Wait, lo, hi)
+	}
+	if lo, hi := bEnd.Sub(bStart), done.Sub(releaseAt); b.Run < lo || b.Run > hi {
+		t.Errorf("B ran %v, want within [%v, %v]", b.Run, lo, hi)
+	}
+}
+
+func TestHooksReportErrorsPanicsAndGoexit(t *testing.T) {
+	leak.Check(t)
+	var mu sync.Mutex
+	var log []string
+	var finished []crew.TaskEvent
+	var panics []crew.TaskEvent
+	note := func(s string) { mu.Lock(); log = append(log, s); mu.Unlock() }
+	p := crew.New(1,
+		crew.WithPanicHandler(func(*crew.PanicError) { note("handler") }),
+		crew.WithHooks(crew.Hooks{
+			Panic: func(e crew.TaskEvent) {
+				note("panic")
+				mu.Lock()
+				panics = append(panics, e)
+				mu.Unlock()
+			},
+			TaskFinish: func(e crew.TaskEvent) {
+				note("finish")
+				mu.Lock()
+				finished = append(finished, e)
+				mu.Unlock()
+			},
+		}))
+	defer p.Stop()
+
+	errDisk := errors.New("disk full")
+	if err := p.Submit(func(context.Context) error { return errDisk }).Wait(); err != errDisk {
+		t.Fatalf("Submit: %v", err)
+	}
+	if err := p.Submit(func(context.Context) error { return nil }).Wait(); err != nil {
+		t.Fatalf("Submit: %v", err)
+	}
+	var pe *crew.PanicError
+	if err := p.Submit(func(context.Context) error { panic("submit bug") }).Wait(); !errors.As(err, &pe) {
+		t.Fatalf("Submit panic: %v", err)
+	}
+	p.Go(func() { panic("go bug") })
+	p.Wait() // tasks in different shards may start out of order
+	p.Go(runtime.Goexit)
+	p.Wait()
+	if err := p.Submit(func(context.Context) error { runtime.Goexit(); return nil }).Wait(); err != crew.ErrGoexit {
+		t.Fatalf("Submit Goexit: %v", err)
+	}
+	p.Wait()
+
+	mu.Lock()
+	defer mu.Unlock()
+	if len(finished) != 6 {
+		t.Fatalf("TaskFinish fired %d times, want 6: %v", len(finished), log)
+	}
+	want := []string{"errDisk", "nil", "submit bug", "go bug", "goexit", "goexit"}
+	for i, e := range finished {
+		var got string
+		switch err := e.Err; {
+		case err == errDisk:
+			got = "errDisk"
+		case err == nil:
+			got = "nil"
+		case errors.Is(err, crew.ErrGoexit):
+			got = "goexit"
+		case errors.As(err, &pe):
+			got = pe.Value.(string)
+		default:
+			got = err.Error()
+		}
+		if got != want[i] {
+			t.Errorf("finish %d: Err = %v, want %s", i, e.Err, want[i])
+		}
+		if e.Run <= 0 || e.Wait <= 0 {
+			t.Errorf("finish %d: Wait %v, Run %v; want positive", i, e.Wait, e.Run)
+		}
+	}
+	if len(panics) != 2 || panics[0].Err != finished[2].Err || panics[1].Err != finished[3].Err {
+		t.Fatalf("Panic hook got %+v; want the two *PanicErrors TaskFinish got", panics)
+	}
+	if pe := panics[1].Err.(*crew.PanicError); !strings.Contains(string(pe.Stack), "observe_test.go") {
+		t.Errorf("panic stack does not show the panicking task:\n%s", pe.Stack)
+	}
+	// The Go task's panic: Panic hook, then the pool's handler, then
+	// TaskFinish; the Submit task's panic goes to its Wait, not the handler.
+	if got := strings.Join(log, " "); got != "finish finish panic finish panic handler finish finish finish" {
+		t.Errorf("hook order: %s", got)
+	}
+	if s := p.Stats(); s.Panicked != 2 {
+		t.Errorf("Stats().Panicked = %d, want 2", s.Panicked)
+	}
+}
+
+func TestHooksReportDrops(t *testing.T) {
+	leak.Check(t)
+	var mu sync.Mutex
+	drops := map[error]int{}
+	dropped := make(chan struct{}, 1)
+	p := crew.New(1, crew.WithQueueSize(1), crew.WithName("drops"), crew.WithHooks(crew.Hooks{
+		Drop: func(e crew.TaskEvent) {
+			if e.Pool != "drops" {
+				t.Errorf("Drop: Pool = %q", e.Pool)
+			}
+			mu.Lock()
+			drops[e.Err]++
+			mu.Unlock()
+			if e.Err == crew.ErrDropped {
+				dropped <- struct{}{}
+			}
+		},
+	}))
+	release, running := make(chan struct{}), make(chan struct{})
+	p.Go(func() { close(running); <-release })
+	<-running
+	p.Go(func() {})             // fills the queue
+	if p.TrySubmit(func() {}) { // refused: full
+		t.Fatal("TrySubmit succeeded on a full queue")
+	}
+	if p.TrySubmit(nil) {
+		t.Fatal("TrySubmit(nil) succeeded")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := p.SubmitCtx(ctx, func() {}); err != context.Canceled { // not a drop
+		t.Fatalf("SubmitCtx: %v", err)
+	}
+
+	// Shutdown with an expired context drops the queued task, then waits
+	// for the running one.
+	ctx, cancel = context.WithCancel(context.Background())
+	cancel()
+	shut := make(chan error)
+	go func() { shut <- p.Shutdown(ctx) }()
+	<-dropped
+	var se *crew.ShutdownError
+	close(release)
+	if err := <-shut; !errors.As(err, &se) || se.Dropped != 1 {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	if err := p.Go(func() {}); err != crew.ErrStopped {
+		t.Fatalf("Go after Shutdown: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	want := map[error]int{crew.ErrQueueFull: 1, crew.ErrDropped: 1, crew.ErrStopped: 1}
+	if len(drops) != len(want) {
+		t.Fatalf("drops = %v, want %v", drops, want)
+	}
+	for err, n := range want {
+		if drops[err] != n {
+			t.Errorf("drops[%v] = %d, want %d", err, drops[err], n)
+		}
+	}
+}
+
+func TestHooksReportWorkers(t *testing.T) {
+	leak.Check(t)
+	var started, retired atomic.Int64
+	var lifetimes sync.Map
+	p := crew.New(4, crew.WithName("workers"), crew.WithHooks(crew.Hooks{
+		WorkerStart: func(e crew.WorkerEvent) {
+			if e.Pool != "workers" || e.Lifetime != 0 {
+				t.Errorf("WorkerStart(%+v)", e)
+			}
+			started.Add(1)
+		},
+		WorkerRetire: func(e crew.WorkerEvent) {
+			lifetimes.Store(retired.Add(1), e.Lifetime)
+		},
+		TaskStart: func(crew.TaskEvent) {
+			if started.Load() == 0 {
+				t.Error("a task started before any WorkerStart")
+			}
+		},
+	}))
+	// Four tasks that wait for each other need four workers.
+	var wg sync.WaitGroup
+	wg.Add(4)
+	for range 4 {
+		p.Go(func() { wg.Done(); wg.Wait() })
+	}
+	wg.Wait()
+	p.Go(runtime.Goexit) // ends its worker; a replacement may start
+	p.Stop()
+	if s, r := started.Load(), retired.Load(); s < 4 || s != r {
+		t.Fatalf("started %d workers and retired %d; want at least 4 and equal", s, r)
+	}
+	lifetimes.Range(func(_, v any) bool {
+		if v.(time.Duration) <= 0 {
+			t.Errorf("a worker retired with lifetime %v", v)
+		}
+		return true
+	})
+}
+
+func TestPoolLatencyHistograms(t *testing.T) {
+	leak.Check(t)
+	if _, ok := crew.New(1).Latency(); ok {
+		t.Fatal("Latency() ok on a pool built without WithLatency")
+	}
+	p := crew.New(2, crew.WithLatency())
+	const tasks = 200
+	const work = 200 * time.Microsecond
+	for i := range tasks {
+		if i%2 == 0 {
+			p.Go(func() { spin(work) })
+		} else {
+			p.Submit(func(context.Context) error { spin(work); return nil })
+		}
+	}
+	p.Stop()
+	l, ok := p.Latency()
+	if !ok {
+		t.Fatal("Latency() not ok WithLatency")
+	}
+	if l.Wait.Count != tasks || l.Run.Count != tasks {
+		t.Fatalf("counts: wait %d, run %d; want %d", l.Wait.Count, l.Run.Count, tasks)
+	}
+	// Every task ran at least work; the error bound allows the histogram
+	// to read 3.125% low.
+	if p0 := l.Run.Quantile(0); float64(p0) < float64(work)*(1-crew.HistogramRelativeError) {
+		t.Errorf("fastest run %v, want at least %v", p0, work)
+	}
+	if l.Run.Max < l.Run.Quantile(0.99) || l.Run.Quantile(0.99) < l.Run.Quantile(0.5) {
+		t.Errorf("run quantiles out of order: %v", l.Run)
+	}
+	// 200 tasks of 200µs on two workers: most wait behind others.
+	if l.Wait.Quantile(0.9) < work {
+		t.Errorf("p90 wait %v, want at least %v with a backlog", l.Wait.Quantile(0.9), work)
+	}
+	if l.Run.Sum < tasks*work {
+		t.Errorf("run sum %v, want at least %v", l.Run.Sum, tasks*work)
+	}
+}
+
+func TestLatencyTrackTimesAGroup(t *testing.T) {
+	leak.Check(t)
+	p := crew.New(4)
+	defer p.Stop()
+	var lat crew.Latency
+	g := p.Group(context.Background(), crew.WithLimit(1))
+	for range 10 {
+		g.Go(lat.Track(func(context.Context) error { spin(100 * time.Microsecond); return nil }))
+	}
+	if err := g.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	fn := make(chan struct{})
+	p.Go(lat.TrackFunc(func() { close(fn) }))
+	<-fn
+	p.Wait()
+	s := lat.Snapshot()
+	if s.Wait.Count != 11 || s.Run.Count != 11 {
+		t.Fatalf("tracked %d waits and %d runs, want 11", s.Wait.Count, s.Run.Count)
+	}
+	// With a limit of 1, the tenth task waited for the nine before it.
+	if s.Wait.Max < 9*100*time.Microsecond {
+		t.Errorf("max wait %v, want at least 900µs", s.Wait.Max)
+	}
+}
+
+// logRecords decodes the JSON lines a slog.JSONHandler wrote.
+func logRecords(t *testing.T, buf *bytes.Buffer) []map[string]any {
+	t.Helper()
+	var recs []map[string]any
+	for line := range strings.Lines(buf.String()) {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("bad log line %q: %v", line, err)
+		}
+		recs = append(recs, m)
+	}
+	return recs
+}
+
+func TestLoggerLogsPanicsRefusalsAndSummaries(t *testing.T) {
+	leak.Check(t)
+	var buf bytes.Buffer
+	var mu sync.Mutex
+	h := slog.NewJSONHandler(&lockedWriter{w: &buf, mu: &mu}, &slog.HandlerOptions{Level: slog.LevelDebug})
+	var handled atomic.Int64
+	p := crew.New(1, crew.WithName("logged"), crew.WithQueueSize(0), crew.WithLatency(),
+		crew.WithLogger(slog.New(h)),
+		crew.WithPanicHandler(func(*crew.PanicError) { handled.Add(1) }))
+	release, running := make(chan struct{}), make(chan struct{})
+	p.Go(func() { close(running); <-release })
+	<-running
+	p.TrySubmit(func() {}) // refused: no room
+	close(release)
+	p.Go(func() { panic("logged bug") })
+	p.Stop()
+	p.Stop() // one summary only
+
+	mu.Lock()
+	recs := logRecords(t, &buf)
+	mu.Unlock()
+	if len(recs) != 3 {
+		t.Fatalf("%d log records, want 3:\n%s", len(recs), buf.String())
+	}
+	for _, r := range recs {
+		if r["pool"] != "logged" {
+			t.Errorf("record without pool=logged: %v", r)
+		}
+	}
+	if r := recs[0]; r["level"] != "DEBUG" || r["msg"] != "crew: task refused" || r["err"] != crew.ErrQueueFull.Error() {
+		t.Errorf("refusal record: %v", r)
+	}
+	if r := recs[1]; r["level"] != "ERROR" || r["panic"] != "logged bug" || !strings.Contains(r["stack"].(string), "observe_test.go") {
+		t.Errorf("panic record: %v", r)
+	}
+	if handled.Load() != 1 {
+		t.Errorf("the panic handler ran %d times, want 1", handled.Load())
+	}
+	r := recs[2]
+	if r["level"] != "INFO" || r["msg"] != "crew: pool stopped" || r["submitted"] != 2.0 || r["completed"] != 2.0 || r["panicked"] != 1.0 {
+		t.Errorf("summary record: %v", r)
+	}
+	lat, _ := r["latency"].(map[string]any)
+	run, _ := lat["run"].(map[string]any)
+	if run["count"] != 2.0 {
+		t.Errorf("summary latency: %v", r["latency"])
+	}
+}
+
+func TestLoggerWarnsWhenShutdownDrops(t *testing.T) {
+	leak.Check(t)
+	var buf bytes.Buffer
+	var mu sync.Mutex
+	dropped := make(chan struct{}, 3)
+	p := crew.New(1, crew.WithLogger(slog.New(slog.NewJSONHandler(&lockedWriter{w: &buf, mu: &mu}, nil))),
+		crew.WithHooks(crew.Hooks{Drop: func(crew.TaskEvent) { dropped <- struct{}{} }}))
+	release, running := make(chan struct{}), make(chan struct{})
+	p.Go(func() { close(running); <-release })
+	<-running
+	for range 3 {
+		p.Go(func() {})
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	shut := make(chan error)
+	go func() { shut <- p.Shutdown(ctx) }()
+	for range 3 {
+		<-dropped
+	}
+	close(release)
+	if err := <-shut; err == nil {
+		t.Fatal("Shutdown with a cancelled context returned nil")
+	}
+	mu.Lock()
+	recs := logRecords(t, &buf)
+	mu.Unlock()
+	if len(recs) != 1 {
+		t.Fatalf("%d records, want 1:\n%s", len(recs), buf.String())
+	}
+	if r := recs[0]; r["level"] != "WARN" || r["dropped"] != 3.0 || r["completed"] != 1.0 {
+		t.Errorf("summary: %v", r)
+	}
+}
+
+func TestWithLoggerNilPanics(t *testing.T) {
+	leak.Check(t)
+	defer func() {
+		if err, _ := recover().(error); !errors.Is(err, crew.ErrInvalid) {
+			t.Fatalf("recovered %v, want an error wrapping ErrInvalid", err)
+		}
+	}()
+	crew.WithLogger(nil)(nil)
+}
+
+type lockedWriter struct {
+	w  *bytes.Buffer
+	mu *sync.Mutex
+}
+
+func (l *lockedWriter) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(b)
+}
+
+// An observed pool still runs groups, with their steps timed.
+func TestObservedPoolRunsGroups(t *testing.T) {
+	leak.Check(t)
+	var finished atomic.Int64
+	p := crew.New(4, crew.WithLatency(), crew.WithHooks(crew.Hooks{
+		TaskFinish: func(crew.TaskEvent) { finished.Add(1) },
+	}))
+	defer p.Stop()
+	out, err := crew.MapErr(context.Background(), p, []int{1, 2, 3, 4, 5}, func(_ context.Context, x int) (int, error) {
+		return x * x, nil
+	})
+	if err != nil || len(out) != 5 || out[4] != 25 {
+		t.Fatalf("Map = %v, %v", out, err)
+	}
+	p.Wait()
+	if finished.Load() == 0 {
+		t.Error("no step of the group was reported")
+	}
+	l, _ := p.Latency()
+	if l.Run.Count != uint64(finished.Load()) {
+		t.Errorf("histogram counted %d runs, hooks %d", l.Run.Count, finished.Load())
+	}
+}
+
+// WithNonBlocking, Go reports ErrQueueFull to the Drop hook as well as to
+// its caller.
+func TestHooksReportNonBlockingRefusals(t *testing.T) {
+	leak.Check(t)
+	var refused atomic.Int64
+	p := crew.New(1, crew.WithQueueSize(0), crew.WithNonBlocking(), crew.WithHooks(crew.Hooks{
+		Drop: func(e crew.TaskEvent) {
+			if e.Err == crew.ErrQueueFull {
+				refused.Add(1)
+			}
+		},
+	}))
+	defer p.Stop()
+	release, running := make(chan struct{}), make(chan struct{})
+	if err := p.Go(func() { close(running); <-release }); err != nil {
+		t.Fatal(err)
+	}
+	<-running
+	if err := p.Go(func() {}); err != crew.ErrQueueFull {
+		t.Fatalf("Go on a full non-blocking pool: %v", err)
+	}
+	if err := p.Submit(func(context.Context) error { return nil }).Wait(); err != crew.ErrQueueFull {
+		t.Fatalf("Submit on a full non-blocking pool: %v", err)
+	}
+	close(release)
+	if refused.Load() != 2 {
+		t.Fatalf("Drop saw %d refusals, want 2", refused.Load())
+	}
+}
+
+// A plain pool's Go allocates nothing; an observed one allocates the
+// closure that carries the submission time, and nothing else.
+func TestObservabilityAllocations(t *testing.T) {
+	leak.Check(t)
+	if raceDetectorOn {
+		t.Skip("the race detector allocates")
+	}
+	for _, c := range []struct {
+		name string
+		opts []crew.Option
+		max  float64
+	}{
+		{"plain", nil, 0},
+		{"named", []crew.Option{crew.WithName("allocs")}, 0},
+		{"latency", []crew.Option{crew.WithLatency()}, 1},
+	} {
+		p := crew.New(1, c.opts...)
+		task := func() {}
+		p.Go(task) // start the worker and its histogram
+		p.Wait()
+		allocs := testing.AllocsPerRun(1000, func() { p.Go(task) })
+		p.Stop()
+		if allocs > c.max {
+			t.Errorf("%s: %v allocations per Go, want at most %v", c.name, allocs, c.max)
+		}
+	}
+}
