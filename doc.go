@@ -40,6 +40,15 @@
 // runs tasks concurrently and their callbacks one at a time, in order.
 // A group never holds a pool worker while it waits for its own limit.
 //
+// # Observability
+//
+// Every option here is off by default, and a pool without them runs the
+// same code. WithName labels a pool's workers for pprof and runtime/trace;
+// WithHooks calls functions on task start and finish, panics, drops and
+// worker start and retirement; WithLatency keeps queue-wait and run-time
+// histograms (Pool.Latency); WithLogger logs through log/slog. Hooks and
+// latency cost about 100-150 ns and one allocation per task.
+//
 // # Costs
 //
 // Go allocates nothing and costs tens of nanoseconds per task (36-74 ns
