@@ -1,0 +1,53 @@
+package jetstream
+
+import (
+	"encoding/json"
+	"fmt"
+)
+
+// A Codec turns payloads into message bodies and back. The consumer decodes
+// each message into a new value of its type T with Unmarshal(data, &v); the
+// publisher encodes each item with Marshal(item). A Codec must be safe for
+// concurrent use. JSON is the default.
+type Codec interface {
+	Marshal(v any) ([]byte, error)
+	Unmarshal(data []byte, v any) error
+}
+
+// JSON is the default Codec: encoding/json.
+type JSON struct{}
+
+// Marshal encodes v with json.Marshal.
+func (JSON) Marshal(v any) ([]byte, error) { return json.Marshal(v) }
+
+// Unmarshal decodes data with json.Unmarshal.
+func (JSON) Unmarshal(data []byte, v any) error { return json.Unmarshal(data, v) }
+
+// Bytes is a Codec for payloads that are already bytes: []byte or string
+// values are sent as they are, and a message body is copied into a *[]byte
+// or *string. Other types are an error.
+type Bytes struct{}
+
+// Marshal returns v itself if it is a []byte, or its bytes if it is a string.
+func (Bytes) Marshal(v any) ([]byte, error) {
+	switch v := v.(type) {
+	case []byte:
+		return v, nil
+	case string:
+		return []byte(v), nil
+	}
+	return nil, fmt.Errorf("jetstream: Bytes codec cannot encode %T", v)
+}
+
+// Unmarshal copies data into v, which must be a *[]byte or a *string.
+func (Bytes) Unmarshal(data []byte, v any) error {
+	switch v := v.(type) {
+	case *[]byte:
+		*v = append([]byte(nil), data...)
+		return nil
+	case *string:
+		*v = string(data)
+		return nil
+	}
+	return fmt.Errorf("jetstream: Bytes codec cannot decode into %T", v)
+}

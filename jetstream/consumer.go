@@ -1,0 +1,335 @@
+package jetstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	natsjs "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/gocrew/crew"
+)
+
+// A Handler processes one message. Returning nil acknowledges the message;
+// an error hands it back for redelivery after a backoff, or gives it up when
+// it is Permanent or the consumer's MaxDeliver is reached; a panic gives it
+// up at once. ctx is cancelled when Run's drain timeout passes or the pool's
+// context ends.
+type Handler[T any] func(ctx context.Context, m Msg[T]) error
+
+// A Consumer feeds the messages of a JetStream pull consumer to a crew pool.
+//
+// It fetches only as many messages as it has room for (WithMaxInFlight, by
+// default the pool's worker limit), so that the server's redelivery
+// accounting, MaxAckPending and other consumers see the messages this one
+// cannot start yet. Each message is decoded with the Codec and passed to the
+// handler on the pool; its outcome settles it:
+//
+//   - nil: Ack (DoubleAck WithDoubleAck);
+//   - an error: NakWithDelay with the backoff for its delivery count, or,
+//     on the last delivery MaxDeliver allows, give up;
+//   - a Permanent error, a panic, or a body the Codec cannot decode: give up.
+//
+// Giving up publishes the message to the dead-letter subject, if one is set
+// (WithDeadLetter), then terminates it (Term) so that it is not redelivered,
+// and reports a *MessageError to the error handler.
+//
+// While a message is held, the consumer sends InProgress heartbeats for it
+// (WithHeartbeat), so long tasks are not redelivered to another consumer.
+//
+// The consumer must be a durable or named pull consumer with the explicit
+// ack policy. Any number of Consumers, in this process or others, may share
+// it; the server spreads the messages among them.
+type Consumer[T any] struct {
+	cons    natsjs.Consumer
+	pool    *crew.Pool
+	handler Handler[T]
+	s       consumerSettings
+	running atomic.Bool
+	n       counters
+}
+
+// NewConsumer returns a Consumer that runs handler on pool for the messages
+// of cons. Nothing happens until Run. NewConsumer panics, with an error
+// wrapping crew.ErrInvalid, if an argument is nil or an option is invalid.
+func NewConsumer[T any](cons natsjs.Consumer, pool *crew.Pool, handler Handler[T], opts ...ConsumerOption) *Consumer[T] {
+	s := defaultConsumerSettings()
+	switch {
+	case cons == nil:
+		s.errs = append(s.errs, invalid("NewConsumer: nil consumer"))
+	case pool == nil:
+		s.errs = append(s.errs, invalid("NewConsumer: nil pool"))
+	case handler == nil:
+		s.errs = append(s.errs, invalid("NewConsumer: nil handler"))
+	}
+	for _, o := range opts {
+		if o != nil {
+			o.applyConsumer(&s)
+		}
+	}
+	if len(s.errs) > 0 {
+		panic(errors.Join(s.errs...))
+	}
+	return &Consumer[T]{cons: cons, pool: pool, handler: handler, s: s}
+}
+
+// Run fetches messages and processes them until ctx is cancelled, then
+// drains: it stops fetching, hands back (Nak) the messages that arrive from
+// pulls still open, waits for the messages in flight to finish, and, if the
+// drain timeout (WithDrainTimeout) passes first, cancels the handlers'
+// context, hands back the unfinished messages and waits for the handlers to
+// return. Run returns nil after a clean drain, an error wrapping
+// ErrDrainTimeout if messages were handed back unfinished, and, after the
+// same drain, the error that stopped it otherwise: the consumer was
+// deleted, the connection was closed (noticed at the next pull,
+// acknowledgement or heartbeat), or the pool was stopped or its context
+// ended (an error wrapping crew.ErrStopped). Pulls that fail for other
+// reasons, such as a server restart, are reported to the error handler and
+// retried with backoff; a connection that is reconnecting is waited for.
+//
+// A Consumer runs at most once at a time; Run returns ErrRunning
+// otherwise. It may be run again after Run returns.
+func (c *Consumer[T]) Run(ctx context.Context) error {
+	if !c.running.CompareAndSwap(false, true) {
+		return ErrRunning
+	}
+	defer c.running.Store(false)
+	info := c.cons.CachedInfo()
+	if info == nil {
+		var err error
+		if info, err = c.cons.Info(ctx); err != nil {
+			return fmt.Errorf("jetstream: consumer info: %w", err)
+		}
+	}
+	if info.Config.AckPolicy != natsjs.AckExplicitPolicy {
+		return invalid("Consumer.Run: consumer %q has ack policy %v, want explicit", info.Name, info.Config.AckPolicy)
+	}
+	return newRun(c, info).run(ctx)
+}
+
+// Stats is a snapshot of a Consumer's counters, over all its runs.
+type Stats struct {
+	Fetched      uint64 // messages received from the server
+	Acked        uint64 // handled successfully and acknowledged
+	Nacked       uint64 // handed back for redelivery: failed, or not finished when stopping
+	Terminated   uint64 // given up on (Term)
+	DeadLettered uint64 // published to the dead-letter subject before Term
+	Panicked     uint64 // handler panics recovered
+	Heartbeats   uint64 // InProgress notices sent
+	InFlight     int    // messages held now: fetched and not settled
+}
+
+// Stats returns a snapshot of the Consumer's counters.
+func (c *Consumer[T]) Stats() Stats {
+	return Stats{
+		Fetched:      c.n.fetched.Load(),
+		Acked:        c.n.acked.Load(),
+		Nacked:       c.n.nacked.Load(),
+		Terminated:   c.n.terminated.Load(),
+		DeadLettered: c.n.deadLettered.Load(),
+		Panicked:     c.n.panicked.Load(),
+		Heartbeats:   c.n.heartbeats.Load(),
+		InFlight:     int(c.n.held.Load()),
+	}
+}
+
+type counters struct {
+	fetched, acked, nacked, terminated, deadLettered, panicked, heartbeats atomic.Uint64
+	held                                                                   atomic.Int64
+}
+
+// heartbeatInterval returns the interval of InProgress notices for a
+// consumer with the given configuration: a third of the shortest time the
+// server waits for an ack.
+func heartbeatInterval(cfg natsjs.ConsumerConfig) time.Duration {
+	wait := cfg.AckWait
+	if wait <= 0 {
+		wait = 30 * time.Second // the server's default
+	}
+	for _, b := range cfg.BackOff {
+		if b > 0 {
+			wait = min(wait, b)
+		}
+	}
+	return max(wait/3, time.Millisecond)
+}
+
+// delivery is a message the consumer holds, from its arrival until it is
+// settled.
+type delivery struct {
+	msg     natsjs.Msg
+	settled atomic.Bool
+	last    time.Time // arrival or last heartbeat; guarded by run.mu
+}
+
+// run is the state of one call of Run.
+type run[T any] struct {
+	c          *Consumer[T]
+	s          *consumerSettings
+	maxDeliver int
+	beatEvery  time.Duration
+	credits    chan struct{} // one token per message the consumer may hold
+	pulls      chan struct{} // one token per pull request open
+	failures   atomic.Int32  // pulls failed in a row
+
+	loopCtx    context.Context // ends when fetching must stop
+	loopCancel context.CancelFunc
+	hardCtx    context.Context // the handlers' context; ends at a hard stop
+	hardCancel context.CancelFunc
+
+	mu       sync.Mutex
+	held     map[*delivery]struct{}
+	readers  int  // pull requests whose messages are still being read
+	running  int  // handlers running
+	stopping bool // no new message may start
+	closed   bool // hard stop: no handler may start
+	fatal    error
+	quiet    chan struct{} // closed when stopping and nothing is left
+	isQuiet  bool
+}
+
+func newRun[T any](c *Consumer[T], info *natsjs.ConsumerInfo) *run[T] {
+	s := c.s
+	if mrb := info.Config.MaxRequestBatch; mrb > 0 {
+		s.maxFetch = min(s.maxFetch, mrb) // the server refuses bigger pulls
+	}
+	r := &run[T]{
+		c:          c,
+		s:          &s,
+		maxDeliver: info.Config.MaxDeliver,
+		beatEvery:  c.s.heartbeat,
+		pulls:      make(chan struct{}, c.s.pulls),
+		held:       make(map[*delivery]struct{}),
+		quiet:      make(chan struct{}),
+	}
+	if r.beatEvery < 0 {
+		r.beatEvery = heartbeatInterval(info.Config)
+	}
+	limit := c.s.maxInFlight
+	if limit == 0 {
+		limit = max(1, c.pool.Stats().MaxWorkers)
+	}
+	r.credits = make(chan struct{}, limit)
+	for range limit {
+		r.credits <- struct{}{}
+	}
+	return r
+}
+
+func (r *run[T]) run(ctx context.Context) error {
+	r.loopCtx, r.loopCancel = context.WithCancel(ctx)
+	defer r.loopCancel()
+	r.hardCtx, r.hardCancel = context.WithCancel(context.WithoutCancel(ctx))
+	defer r.hardCancel()
+	poolDone := r.c.pool.Context().Done()
+	unwatch := context.AfterFunc(r.c.pool.Context(), func() {
+		r.fail(fmt.Errorf("jetstream: pool context ended: %w", crew.ErrStopped))
+	})
+	defer unwatch()
+
+	beatStop, beatDone := make(chan struct{}), make(chan struct{})
+	go r.heartbeats(beatStop, beatDone)
+
+	r.pullLoop()
+
+	// Drain.
+	r.mu.Lock()
+	r.stopping = true
+	r.checkLocked()
+	r.mu.Unlock()
+	timer := time.NewTimer(r.s.drainTimeout)
+	defer timer.Stop()
+	handedBack := 0
+	select {
+	case <-r.quiet:
+	case <-timer.C:
+		handedBack = r.hardStop()
+	case <-poolDone:
+		handedBack = r.hardStop()
+	}
+	<-r.quiet
+	close(beatStop)
+	<-beatDone
+
+	r.mu.Lock()
+	err := r.fatal
+	r.mu.Unlock()
+	if handedBack > 0 {
+		err = errors.Join(err, fmt.Errorf("%w: %d messages handed back unfinished", ErrDrainTimeout, handedBack))
+	}
+	return err
+}
+
+// fail records the first error that must stop the run, and stops fetching.
+func (r *run[T]) fail(err error) {
+	r.mu.Lock()
+	if r.fatal == nil {
+		r.fatal = err
+	}
+	r.mu.Unlock()
+	r.loopCancel()
+}
+
+// hardStop cancels the handlers' context and the open pulls, and hands
+// back every message not settled yet. It returns how many it handed back.
+func (r *run[T]) hardStop() int {
+	r.mu.Lock()
+	r.closed = true
+	left := make([]*delivery, 0, len(r.held))
+	for d := range r.held {
+		left = append(left, d)
+	}
+	r.mu.Unlock()
+	// Hand back first and cancel after, so that a handler that sees its
+	// context cancelled finds its message handed back already.
+	n := 0
+	for _, d := range left {
+		if r.settle(d, d.msg.Nak, &r.c.n.nacked) {
+			n++
+		}
+	}
+	r.hardCancel()
+	return n
+}
+
+// checkLocked closes quiet once stopping has begun and no pull, message or
+// handler is left.
+func (r *run[T]) checkLocked() {
+	if r.stopping && !r.isQuiet && r.readers == 0 && r.running == 0 && len(r.held) == 0 {
+		r.isQuiet = true
+		close(r.quiet)
+	}
+}
+
+// acquire takes at least one credit, waiting for it, and then as many more
+// as are free, up to the fetch bound. It returns 0 if fetching must stop.
+func (r *run[T]) acquire() int {
+	select {
+	case <-r.credits:
+	case <-r.loopCtx.Done():
+		return 0
+	}
+	n := 1
+	for n < r.s.maxFetch {
+		select {
+		case <-r.credits:
+			n++
+		default:
+			return n
+		}
+	}
+	return n
+}
+
+// release returns n credits.
+func (r *run[T]) release(n int) {
+	for range n {
+		r.credits <- struct{}{}
+	}
+}
+
+// report passes err to the error handler.
+func (r *run[T]) report(err error) { r.s.onError(err) }

@@ -1,0 +1,70 @@
+package jetstream
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/gocrew/crew"
+)
+
+var (
+	// ErrRunning is returned by Consumer.Run while another Run of the same
+	// Consumer is in progress.
+	ErrRunning = errors.New("jetstream: consumer already running")
+
+	// ErrDrainTimeout is wrapped by the error Run returns when the drain
+	// timeout passed before every message in flight was finished: the
+	// unfinished ones were handed back to the server (Nak) for redelivery.
+	ErrDrainTimeout = errors.New("jetstream: drain timeout")
+)
+
+// Permanent marks err as a failure that retrying cannot fix. A handler that
+// returns it (or an error wrapping it) has its message dead-lettered, if a
+// dead-letter subject is set, and terminated at once instead of being
+// redelivered. Permanent(nil) is nil.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &permanentError{err}
+}
+
+// IsPermanent reports whether err is or wraps an error made by Permanent.
+func IsPermanent(err error) bool {
+	var p *permanentError
+	return errors.As(err, &p)
+}
+
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string { return "permanent: " + e.err.Error() }
+func (e *permanentError) Unwrap() error { return e.err }
+
+// invalid returns an error wrapping crew.ErrInvalid, the error of every
+// invalid argument in crew.
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: jetstream."+format, append([]any{crew.ErrInvalid}, args...)...)
+}
+
+// A MessageError reports, to the error handler, a message the consumer
+// gave up on: it was dead-lettered if WithDeadLetter is set, and
+// terminated. Err is why: the handler's error, a *crew.PanicError, a
+// decoding error, or the error of a delivery beyond MaxDeliver.
+type MessageError struct {
+	Stream       string // the stream the message is stored in
+	Sequence     uint64 // its stream sequence
+	Subject      string // the subject it was published to
+	Delivery     int    // the delivery that failed, 1 for the first
+	DeadLettered bool   // whether it was published to the dead-letter subject
+	Err          error
+}
+
+func (e *MessageError) Error() string {
+	verb := "terminated"
+	if e.DeadLettered {
+		verb = "dead-lettered"
+	}
+	return fmt.Sprintf("jetstream: message %s/%d (%s) %s after delivery %d: %v", e.Stream, e.Sequence, e.Subject, verb, e.Delivery, e.Err)
+}
+
+func (e *MessageError) Unwrap() error { return e.Err }

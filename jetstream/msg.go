@@ -1,0 +1,23 @@
+package jetstream
+
+import (
+	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+)
+
+// A Msg is a decoded JetStream message as a handler receives it.
+//
+// The Consumer settles the message (Ack, Nak, Term) from the handler's
+// result; the handler must not do so through Raw. It may read Raw for what
+// the other fields do not carry.
+type Msg[T any] struct {
+	Value    T                  // the body, decoded by the Codec
+	Subject  string             // the subject the message was published to
+	Header   nats.Header        // the message's headers (do not modify)
+	Metadata natsjs.MsgMetadata // stream and consumer sequence, NumDelivered, timestamp
+	Raw      natsjs.Msg         // the underlying message
+}
+
+// Delivery returns which delivery of the message this is: 1 the first time,
+// 2 after one Nak or redelivery, and so on.
+func (m Msg[T]) Delivery() int { return int(m.Metadata.NumDelivered) }

@@ -1,0 +1,278 @@
+package jetstream
+
+import (
+	"log"
+	"time"
+
+	natsjs "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/gocrew/crew/batch"
+)
+
+// A ConsumerOption configures NewConsumer.
+type ConsumerOption interface{ applyConsumer(*consumerSettings) }
+
+// A PublisherOption configures NewPublisher.
+type PublisherOption interface{ applyPublisher(*publisherSettings) }
+
+// An Option configures both a Consumer and a Publisher.
+type Option interface {
+	ConsumerOption
+	PublisherOption
+}
+
+// Defaults used by NewConsumer for what no option sets.
+const (
+	DefaultFetchWait    = time.Second      // how long a pull waits on the server (WithFetchWait)
+	DefaultMaxFetch     = 256              // messages asked for in one pull at most (WithMaxFetch)
+	DefaultPulls        = 2                // pulls open at once (WithPulls)
+	DefaultDrainTimeout = 10 * time.Second // how long stopping waits for tasks (WithDrainTimeout)
+	DefaultBaseBackoff  = time.Second      // redelivery delay after the first failure (WithBackoff)
+	DefaultMaxBackoff   = time.Minute      // bound on the redelivery delay (WithBackoff)
+)
+
+// DefaultPublishTimeout is how long a Publisher flush waits for the
+// publish acknowledgements of a batch, unless WithPublishTimeout says
+// otherwise.
+const DefaultPublishTimeout = 5 * time.Second
+
+type consumerSettings struct {
+	codec        Codec
+	maxInFlight  int // 0: the pool's worker limit
+	maxFetch     int
+	pulls        int
+	fetchWait    time.Duration
+	drainTimeout time.Duration
+	backoff      func(int) time.Duration
+	heartbeat    time.Duration // < 0: a third of the consumer's AckWait; 0: none
+	deadJS       natsjs.JetStream
+	deadSubject  string
+	onError      func(error)
+	doubleAck    bool
+	errs         []error
+}
+
+func defaultConsumerSettings() consumerSettings {
+	return consumerSettings{
+		codec:        JSON{},
+		maxFetch:     DefaultMaxFetch,
+		pulls:        DefaultPulls,
+		fetchWait:    DefaultFetchWait,
+		drainTimeout: DefaultDrainTimeout,
+		backoff:      ExponentialBackoff(DefaultBaseBackoff, DefaultMaxBackoff),
+		heartbeat:    -1,
+		onError:      logError,
+	}
+}
+
+func logError(err error) { log.Print("crew/jetstream: ", err) }
+
+type publisherSettings struct {
+	codec   Codec
+	timeout time.Duration
+	batch   []batch.Option
+	errs    []error
+}
+
+func defaultPublisherSettings() publisherSettings {
+	return publisherSettings{codec: JSON{}, timeout: DefaultPublishTimeout}
+}
+
+type consumerOption func(*consumerSettings)
+
+func (f consumerOption) applyConsumer(s *consumerSettings) { f(s) }
+
+type publisherOption func(*publisherSettings)
+
+func (f publisherOption) applyPublisher(s *publisherSettings) { f(s) }
+
+type codecOption struct{ c Codec }
+
+func (o codecOption) applyConsumer(s *consumerSettings) {
+	if o.c == nil {
+		s.errs = append(s.errs, invalid("WithCodec(nil)"))
+		return
+	}
+	s.codec = o.c
+}
+
+func (o codecOption) applyPublisher(s *publisherSettings) {
+	if o.c == nil {
+		s.errs = append(s.errs, invalid("WithCodec(nil)"))
+		return
+	}
+	s.codec = o.c
+}
+
+// WithCodec sets the Codec that encodes published items and decodes
+// consumed messages. The default is JSON.
+func WithCodec(c Codec) Option { return codecOption{c} }
+
+// WithMaxInFlight bounds the messages the consumer holds at once, fetched
+// and not yet settled, to n. The default is the pool's worker limit when
+// Run starts, so that a message never waits in the pool's queue unless the
+// pool is shared with other work. n must be positive.
+func WithMaxInFlight(n int) ConsumerOption {
+	return consumerOption(func(s *consumerSettings) {
+		if n <= 0 {
+			s.errs = append(s.errs, invalid("WithMaxInFlight(%d): n must be positive", n))
+			return
+		}
+		s.maxInFlight = n
+	})
+}
+
+// WithMaxFetch bounds the messages asked for in one pull request to n
+// (DefaultMaxFetch). A pull asks for as many messages as there is room
+// for, up to n. n must be positive.
+func WithMaxFetch(n int) ConsumerOption {
+	return consumerOption(func(s *consumerSettings) {
+		if n <= 0 {
+			s.errs = append(s.errs, invalid("WithMaxFetch(%d): n must be positive", n))
+			return
+		}
+		s.maxFetch = n
+	})
+}
+
+// WithPulls sets how many pull requests may wait on the server at once
+// (DefaultPulls): while one is being filled, the next can already ask for
+// the room that finished tasks made. n must be positive.
+func WithPulls(n int) ConsumerOption {
+	return consumerOption(func(s *consumerSettings) {
+		if n <= 0 {
+			s.errs = append(s.errs, invalid("WithPulls(%d): n must be positive", n))
+			return
+		}
+		s.pulls = n
+	})
+}
+
+// WithFetchWait sets how long a pull request waits on the server for
+// messages before it expires and a new one is sent (DefaultFetchWait). It
+// also bounds how long stopping waits for the pulls in progress, whose
+// late messages are handed back at once. d must be at least 10ms.
+func WithFetchWait(d time.Duration) ConsumerOption {
+	return consumerOption(func(s *consumerSettings) {
+		if d < 10*time.Millisecond {
+			s.errs = append(s.errs, invalid("WithFetchWait(%v): d must be at least 10ms", d))
+			return
+		}
+		s.fetchWait = d
+	})
+}
+
+// WithDrainTimeout sets how long Run, once its context is cancelled, waits
+// for the messages in flight to finish (DefaultDrainTimeout). When it
+// passes, Run cancels the handlers' context, hands the unfinished messages
+// back to the server (Nak) so that another consumer can take them at once,
+// and waits for the handlers to return. d must not be negative.
+func WithDrainTimeout(d time.Duration) ConsumerOption {
+	return consumerOption(func(s *consumerSettings) {
+		if d < 0 {
+			s.errs = append(s.errs, invalid("WithDrainTimeout(%v): d must not be negative", d))
+			return
+		}
+		s.drainTimeout = d
+	})
+}
+
+// WithBackoff sets the delay before a message whose handler failed is
+// redelivered, from the number of deliveries so far (1 after the first
+// failure). The default is ExponentialBackoff(DefaultBaseBackoff,
+// DefaultMaxBackoff). f must not be nil.
+func WithBackoff(f func(delivery int) time.Duration) ConsumerOption {
+	return consumerOption(func(s *consumerSettings) {
+		if f == nil {
+			s.errs = append(s.errs, invalid("WithBackoff(nil)"))
+			return
+		}
+		s.backoff = f
+	})
+}
+
+// WithHeartbeat sets how often the consumer tells the server that messages
+// it holds are still being worked on (InProgress), which restarts their
+// AckWait so that long tasks are not redelivered elsewhere. A ticker fires
+// every interval and sends the notice for each message held for at least
+// half an interval since its arrival or its last notice, so a message waits
+// at most about an interval between notices, from the pool's queue to the
+// end of its handler. The default is a third of the consumer's AckWait (or
+// of its shortest BackOff step); 0 turns heartbeats off.
+// d must not be negative.
+func WithHeartbeat(d time.Duration) ConsumerOption {
+	return consumerOption(func(s *consumerSettings) {
+		if d < 0 {
+			s.errs = append(s.errs, invalid("WithHeartbeat(%v): d must not be negative", d))
+			return
+		}
+		s.heartbeat = d
+	})
+}
+
+// WithDeadLetter publishes, through js, every message that the consumer
+// gives up on to subject before terminating it: a message whose handler
+// panicked, whose handler returned a Permanent error, that could not be
+// decoded, or whose last delivery allowed by the consumer's MaxDeliver
+// failed. The dead letter keeps the body and headers and adds the headers
+// listed with HeaderError. It is published with a message id made of the
+// stream name and sequence, so that dead-lettering the same message twice
+// stores it once. If the publish fails, the message is handed back for
+// redelivery instead of terminated. Without this option such messages are
+// only terminated.
+func WithDeadLetter(js natsjs.JetStream, subject string) ConsumerOption {
+	return consumerOption(func(s *consumerSettings) {
+		if js == nil || subject == "" {
+			s.errs = append(s.errs, invalid("WithDeadLetter: need a JetStream and a subject"))
+			return
+		}
+		s.deadJS, s.deadSubject = js, subject
+	})
+}
+
+// WithErrorHandler sets the function that receives what goes wrong outside
+// handlers' return values: failed pulls (before they are retried), failed
+// acknowledgements and dead-letter publishes, recovered panics (as a
+// *crew.PanicError, with the stack), and messages given up on. It is called
+// from the consumer's goroutines and must not block for long. The default
+// logs with package log. h must not be nil.
+func WithErrorHandler(h func(error)) ConsumerOption {
+	return consumerOption(func(s *consumerSettings) {
+		if h == nil {
+			s.errs = append(s.errs, invalid("WithErrorHandler(nil)"))
+			return
+		}
+		s.onError = h
+	})
+}
+
+// WithDoubleAck makes the consumer wait for the server to confirm each
+// acknowledgement (DoubleAck) before it takes another message in the freed
+// slot, so that a message reported as acknowledged cannot be redelivered.
+// It costs a round trip per message; by default acknowledgements are sent
+// without waiting, and one lost in a disconnection makes the message come
+// again after its AckWait.
+func WithDoubleAck() ConsumerOption {
+	return consumerOption(func(s *consumerSettings) { s.doubleAck = true })
+}
+
+// WithBatch sets the options of the Publisher's batch.Batcher. They come
+// after the Publisher's defaults (batch.WithRetry(5, 100ms, 2s)), so they
+// override them. Give a batch.WithErrorHandler for the item type to receive
+// the items whose last flush failed.
+func WithBatch(opts ...batch.Option) PublisherOption {
+	return publisherOption(func(s *publisherSettings) { s.batch = append(s.batch, opts...) })
+}
+
+// WithPublishTimeout bounds how long a flush waits for the publish
+// acknowledgements of its batch (DefaultPublishTimeout); the flush fails
+// with the ones still missing, and is retried. d must be positive.
+func WithPublishTimeout(d time.Duration) PublisherOption {
+	return publisherOption(func(s *publisherSettings) {
+		if d <= 0 {
+			s.errs = append(s.errs, invalid("WithPublishTimeout(%v): d must be positive", d))
+			return
+		}
+		s.timeout = d
+	})
+}

@@ -1,0 +1,166 @@
+package jetstream
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/gocrew/crew/batch"
+)
+
+// A Publisher publishes items to a JetStream subject in batches, through a
+// batch.Batcher whose flush publishes every item of a batch and waits for
+// the server to acknowledge each one.
+//
+// Each message carries a message id (the Nats-Msg-Id header) computed from
+// its item, and the stream drops a message whose id it stored within its
+// duplicate window (StreamConfig.Duplicates, two minutes by default). A
+// flush that failed, for example because some acknowledgements did not
+// arrive in time, is retried with the same ids, so the items that were
+// stored the first time are not stored twice. The window must therefore be
+// longer than the time a batch may spend being retried.
+//
+// A failed flush is retried as batch.WithRetry says (by default 5 attempts,
+// 100ms to 2s apart; see WithBatch), and the items of a batch whose last
+// attempt failed go to the batch's error handler.
+type Publisher[T any] struct {
+	js      natsjs.JetStream
+	subject string
+	id      func(T) string
+	codec   Codec
+	timeout time.Duration
+	b       *batch.Batcher[T]
+
+	stored, duplicates atomic.Uint64
+
+	// afterPublish, if set, is called after each flush has its
+	// acknowledgements; an error it returns fails the flush. Tests use it
+	// to make a flush fail after its messages were stored.
+	afterPublish func() error
+}
+
+// PublisherStats is a snapshot of a Publisher's counters.
+type PublisherStats struct {
+	Stored     uint64      // messages the stream stored
+	Duplicates uint64      // messages the stream dropped as duplicates of stored ones
+	Batch      batch.Stats // the batcher's counters
+}
+
+// NewPublisher returns a Publisher of items to subject, which must belong
+// to a stream. id returns the message id of an item: the same item must get
+// the same id, and different items different ids. If id is nil, the id is a
+// hash of the subject and the encoded item, so two equal items published
+// within the duplicate window are stored once.
+//
+// NewPublisher panics, with an error wrapping crew.ErrInvalid, if js is nil,
+// subject is empty, or an option is invalid.
+func NewPublisher[T any](js natsjs.JetStream, subject string, id func(T) string, opts ...PublisherOption) *Publisher[T] {
+	s := defaultPublisherSettings()
+	switch {
+	case js == nil:
+		s.errs = append(s.errs, invalid("NewPublisher: nil JetStream"))
+	case subject == "":
+		s.errs = append(s.errs, invalid("NewPublisher: empty subject"))
+	}
+	for _, o := range opts {
+		if o != nil {
+			o.applyPublisher(&s)
+		}
+	}
+	if len(s.errs) > 0 {
+		panic(errors.Join(s.errs...))
+	}
+	p := &Publisher[T]{js: js, subject: subject, id: id, codec: s.codec, timeout: s.timeout}
+	bopts := append([]batch.Option{batch.WithRetry(5, 100*time.Millisecond, 2*time.Second)}, s.batch...)
+	p.b = batch.New(p.flush, bopts...)
+	return p
+}
+
+// Add queues item for publishing. It returns once the item is accepted,
+// before it is published; see batch.Batcher.Add for when it waits and
+// the errors it returns.
+func (p *Publisher[T]) Add(ctx context.Context, item T) error { return p.b.Add(ctx, item) }
+
+// Flush publishes the items added so far and waits for them; see
+// batch.Batcher.Flush.
+func (p *Publisher[T]) Flush(ctx context.Context) error { return p.b.Flush(ctx) }
+
+// Close publishes what is left, waits for it and stops the Publisher; see
+// batch.Batcher.Close. It does not close the NATS connection.
+func (p *Publisher[T]) Close(ctx context.Context) error { return p.b.Close(ctx) }
+
+// Stats returns a snapshot of the Publisher's counters.
+func (p *Publisher[T]) Stats() PublisherStats {
+	return PublisherStats{Stored: p.stored.Load(), Duplicates: p.duplicates.Load(), Batch: p.b.Stats()}
+}
+
+// flush publishes items asynchronously, each with its message id, and
+// waits for all the acknowledgements. It fails if any item could not be
+// encoded, published or acknowledged in time.
+func (p *Publisher[T]) flush(ctx context.Context, items []T) error {
+	ctx, cancel := context.WithTimeout(ctx, p.timeout)
+	defer cancel()
+	var errs []error
+	futures := make([]natsjs.PubAckFuture, 0, len(items))
+	for _, item := range items {
+		data, err := p.codec.Marshal(item)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("encode: %w", err))
+			continue
+		}
+		id := p.msgID(item, data)
+		f, err := p.js.PublishMsgAsync(&nats.Msg{Subject: p.subject, Data: data}, natsjs.WithMsgID(id))
+		if err != nil {
+			errs = append(errs, fmt.Errorf("publish %s: %w", id, err))
+			continue
+		}
+		futures = append(futures, f)
+	}
+	for i, f := range futures {
+		select {
+		case ack := <-f.Ok():
+			if ack.Duplicate {
+				p.duplicates.Add(1)
+			} else {
+				p.stored.Add(1)
+			}
+		case err := <-f.Err():
+			errs = append(errs, fmt.Errorf("publish %s: %w", f.Msg().Header.Get(natsjs.MsgIDHeader), err))
+		case <-ctx.Done():
+			errs = append(errs, fmt.Errorf("%d of %d publish acks missing: %w", len(futures)-i, len(items), ctx.Err()))
+			return joinFirst(errs)
+		}
+	}
+	if len(errs) == 0 && p.afterPublish != nil {
+		return p.afterPublish()
+	}
+	return joinFirst(errs)
+}
+
+// msgID returns the message id of item, whose encoding is data.
+func (p *Publisher[T]) msgID(item T, data []byte) string {
+	if p.id != nil {
+		return p.id(item)
+	}
+	h := sha256.New()
+	h.Write([]byte(p.subject))
+	h.Write([]byte{0})
+	h.Write(data)
+	return hex.EncodeToString(h.Sum(nil)[:16])
+}
+
+// joinFirst joins the first few errors, with a count of the others.
+func joinFirst(errs []error) error {
+	const show = 3
+	if len(errs) <= show {
+		return errors.Join(errs...)
+	}
+	return errors.Join(append(errs[:show:show], fmt.Errorf("and %d more errors", len(errs)-show))...)
+}
