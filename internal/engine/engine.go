@@ -82,6 +82,7 @@ type Engine[T any] struct {
 	searching   atomic.Int32 // workers looking for a task, or woken to look
 	maxSpinning int          // searchers beyond this park after one look
 	starting    atomic.Int32 // woken or started workers not yet running
+	alive       atomic.Int32 // worker goroutines that have not finished exiting
 	lastWake    atomic.Int64 // when wake last succeeded, as time since epoch
 	epoch       time.Time
 	nextHome    atomic.Uint32
@@ -393,7 +394,7 @@ func (e *Engine[T]) Exit() {
 		w.wake <- struct{}{}
 	}
 	e.idleMu.Unlock()
-	e.exitSig.wait(nil, func() bool { return e.workers.Load() == exitBit })
+	e.exitSig.wait(nil, func() bool { return e.workers.Load() == exitBit && e.alive.Load() == 0 })
 }
 
 // Resize changes the worker limit to n > 0. Extra workers retire after their

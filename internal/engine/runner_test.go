@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -29,6 +30,7 @@ func TestNewRunnerGivesEachWorkerItsOwnRunner(t *testing.T) {
 					mu.Unlock()
 					inUse = false
 				}, func() {
+					runtime.Gosched() // a slow close must still finish before Exit returns
 					live.Add(-1)
 				}
 		},

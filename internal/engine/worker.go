@@ -109,13 +109,21 @@ func (w *worker[T]) flush(idle bool) {
 func (w *worker[T]) main() {
 	e := w.e
 	e.starting.Add(-1)
+	e.alive.Add(1)
+	var done func()
+	defer func() {
+		// Exit waits for this, so Stop returns only after the worker's
+		// state is closed, even on runtime.Goexit.
+		if done != nil {
+			done()
+		}
+		if e.alive.Add(-1) == 0 {
+			e.exitSig.broadcast()
+		}
+	}()
 	w.run = e.run
 	if e.newRunner != nil {
-		var done func()
 		w.run, done = e.newRunner()
-		if done != nil {
-			defer done()
-		}
 	}
 	// Whoever started this worker counted it as a searcher.
 	for searching := true; !w.loop(searching); searching = false {
