@@ -1,0 +1,594 @@
+package crew
+
+import (
+	"context"
+	"fmt"
+	"hash/maphash"
+	"runtime"
+	"sync"
+	"time"
+)
+
+// A Keyed runs tasks on an Executor (a pool, or a RateLimited) so that
+// tasks with the same key run one at a time, in the order they were
+// submitted, while tasks with different keys run in parallel, all under the
+// pool's limit. Use it for work that must not overlap per entity (per user,
+// per account, per file) without a lock held across the work or a
+// goroutine per entity.
+//
+// # How it runs
+//
+// Each busy key has a small FIFO queue in a map, sharded by the key's hash
+// so that producers of different keys rarely meet on one lock. When a key
+// goes from idle to busy, Go submits one step for it to the pool. The step
+// runs the key's first task and then gives its worker back: if the key has
+// more, it submits itself again, to the back of the pool's queue, so one
+// hot key cannot monopolise workers and keys take turns. (When the pool's
+// bounded queue is full, or the pool is stopping, the step goes on with
+// the key's next task itself, on the worker it holds.) When a key's queue
+// empties, its entry is deleted: an idle key holds no goroutine, no
+// channel and no memory of its own. Since Go maps do not shrink, a shard's
+// map that held 4,096 keys or more is rebuilt once deletions leave it
+// one-eighth full, so a burst of keys gives its memory back.
+//
+// WithKeyRate limits each key to a Rate of task starts. A key waiting for a
+// token holds no worker (a timer brings it back); an idle key keeps its
+// bucket until the bucket is full again (at most Burst×Per/Limit), then its
+// memory is reclaimed. For a limit across all keys, build the Keyed on a
+// RateLimited.
+//
+// # Cost
+//
+// A task for a busy key costs a shard lock and a small queue append; a task
+// for an idle key also costs a map insert, a pool submission and a map
+// delete when it is done. In steady state neither allocates beyond the
+// task's closure: a key's queue holds its first two tasks inline, and
+// queues are recycled. BENCHMARKS.md has the measurements, with 10,000
+// keys.
+//
+// # Stopping
+//
+// Pool.Stop runs every task the Keyed accepted (except those waiting for a
+// token: see Go). When Shutdown's deadline passes, the tasks that have not
+// started are dropped: they are counted in Stats().Dropped, and a Task made
+// by Submit completes with ErrDropped. The
+// Keyed learns that the pool stopped from the pool's context; if the parent
+// context given WithContext had cancelled it before, the tasks whose steps
+// Shutdown dropped are not completed.
+//
+// A Keyed must be made with NewKeyed; its methods are safe for concurrent
+// use. Several may share one pool.
+type Keyed[K comparable] struct {
+	l      layer
+	seed   maphash.Seed
+	shards []keyShard[K]
+	mask   uint64
+	clock  nanoClock
+	rate   tokenBucket // a full bucket: the template of every key's, with WithKeyRate
+	perKey bool        // WithKeyRate
+	free   sync.Pool   // of *keyQueue[K], without WithKeyRate
+
+	tookToken func(key K, now int64) // tests: called under the shard lock at each token taken
+}
+
+type keyShard[K comparable] struct {
+	mu      sync.Mutex
+	started sync.Cond // on mu: a start (see keyQueue.starting) has ended
+	m       map[K]*keyQueue[K]
+	peak    int // len(m) at its largest since the map was made
+	waiting int // tasks queued in m's keys, not yet started
+	_       [64]byte
+}
+
+// rebuildKeys is the peak size from which a shard's map is rebuilt once
+// deletions leave it at most one-eighth full: below it, the room kept for
+// idle keys (about 20 bytes each) is cheaper than making the map again.
+const rebuildKeys = 4096
+
+// The states of a key's queue.
+const (
+	keyIdle      uint8 = iota // no step; empty (kept only while its bucket refills)
+	keyScheduled              // its step is submitted (or being submitted)
+	keyRunning                // its step runs one of its tasks
+	keySleeping               // waiting for a token of its bucket; its timer will submit the step
+)
+
+// keyQueue is a key's queue. At most one step exists for it at any time,
+// which is what makes its tasks run one at a time and in order.
+type keyQueue[K comparable] struct {
+	k     *Keyed[K]
+	sh    *keyShard[K]
+	key   K
+	q     ringQueue[layerEntry]
+	state uint8
+	dead  bool // removed while a step might still run it; never reused
+	// starting is set while the Go that made the key busy hands its step
+	// to the executor; other producers of the key wait meanwhile, and the
+	// queue is neither removed nor reused (that Go still refers to it).
+	starting bool
+	step     func() // kq.run, made once
+
+	// WithKeyRate only.
+	b     tokenBucket
+	timer *time.Timer // calls wake
+}
+
+// A KeyedOption configures a Keyed in NewKeyed.
+type KeyedOption func(*keyedConfig)
+
+type keyedConfig struct {
+	rate *Rate
+}
+
+// WithKeyRate limits every key to r: each key has its own token bucket,
+// and at most r.Burst + r.Limit·d/r.Per tasks of one key start in any
+// interval of length d. Tasks of a key waiting for a token hold no worker.
+// NewKeyed panics with an error wrapping ErrInvalid if r is invalid.
+func WithKeyRate(r Rate) KeyedOption {
+	return func(c *keyedConfig) { c.rate = &r }
+}
+
+// NewKeyed returns a Keyed that runs its tasks on ex (a *Pool or a
+// *RateLimited). It panics with an error wrapping ErrInvalid if ex is nil
+// or an option is invalid.
+func NewKeyed[K comparable](ex Executor, opts ...KeyedOption) *Keyed[K] {
+	var c keyedConfig
+	for _, o := range opts {
+		if o == nil {
+			panic(fmt.Errorf("%w: NewKeyed: nil option", ErrInvalid))
+		}
+		o(&c)
+	}
+	n := 8
+	for n < 4*runtime.GOMAXPROCS(0) {
+		n <<= 1
+	}
+	k := &Keyed[K]{seed: maphash.MakeSeed(), shards: make([]keyShard[K], n), mask: uint64(n - 1), clock: newNanoClock()}
+	if c.rate != nil {
+		b, err := c.rate.bucket()
+		if err != nil {
+			panic(err)
+		}
+		k.rate, k.perKey = b, true
+	}
+	for i := range k.shards {
+		sh := &k.shards[i]
+		sh.m = make(map[K]*keyQueue[K])
+		sh.started.L = &sh.mu
+	}
+	k.l.init(ex, "NewKeyed", k.abandon)
+	return k
+}
+
+// Go queues task to run after every task submitted before it with the same
+// key, and never at the same time as another task of that key. It returns
+// without waiting for the task. When key is idle, Go submits a step to the
+// pool and waits for room in a bounded pool queue like Pool.Go
+// (ErrQueueFull WithNonBlocking); when key is busy, it only appends to the
+// key's queue, which is unbounded. (While another Go is submitting the
+// step of the same key, Go waits for that to end.)
+//
+// Go returns ErrStopped once the pool has begun to stop and ErrNilTask for
+// a nil task. A panic in task goes to the pool's panic handler and the
+// key's next task runs as usual. Pool.Stop runs every task Go accepted,
+// except those still waiting for a token (WithKeyRate, or a Keyed on a
+// RateLimited); those, and the tasks that Shutdown's deadline keeps from
+// starting, are dropped and counted in Stats().Dropped.
+func (k *Keyed[K]) Go(key K, task func()) error {
+	if task == nil {
+		if k.l.ex == nil {
+			return errZeroLayer
+		}
+		return ErrNilTask
+	}
+	return k.push(key, layerEntry{fn: task})
+}
+
+// Submit queues task under key like Go and returns a Task to wait for its
+// result; the task receives the pool's context. A Task that cannot be
+// queued is already done with the error (see Pool.Submit); one dropped
+// because the pool stopped first completes with ErrDropped.
+func (k *Keyed[K]) Submit(key K, task func(ctx context.Context) error) *Task {
+	t, err := newLayerTask(k.l.p, task)
+	if err == nil {
+		k.push(key, layerEntry{t: t})
+	}
+	return t
+}
+
+// Wait blocks until every task queued on k has finished or been dropped.
+// Tasks queued while it waits count too. When it returns, every key that
+// has no bucket refilling has been deleted.
+func (k *Keyed[K]) Wait() {
+	if k.l.ex != nil {
+		k.l.wait()
+	}
+}
+
+// Stats returns a snapshot of k's counters. Keys counts the keys that hold
+// memory: busy ones, and with WithKeyRate idle ones whose bucket is still
+// refilling. It locks each shard in turn, briefly.
+func (k *Keyed[K]) Stats() LayerStats {
+	if k.l.ex == nil {
+		return LayerStats{}
+	}
+	s := k.l.stats()
+	for i := range k.shards {
+		sh := &k.shards[i]
+		sh.mu.Lock()
+		s.Keys += len(sh.m)
+		s.Waiting += sh.waiting
+		sh.mu.Unlock()
+	}
+	return s
+}
+
+func (k *Keyed[K]) shard(key K) *keyShard[K] {
+	return &k.shards[maphash.Comparable(k.seed, key)&k.mask]
+}
+
+func (k *Keyed[K]) push(key K, e layerEntry) error {
+	if k.shards == nil {
+		e.refuse(errZeroLayer)
+		return errZeroLayer
+	}
+	sh := k.shard(key)
+	sh.mu.Lock()
+	var kq *keyQueue[K]
+	for {
+		if err := k.l.refuses(); err != nil {
+			sh.mu.Unlock()
+			e.refuse(err)
+			return err
+		}
+		kq = sh.m[key]
+		if kq == nil || !kq.starting {
+			break
+		}
+		// Another Go is handing the key's first task to the pool: wait
+		// for the outcome, so that a task is accepted only behind a step
+		// that exists (a refused start would otherwise strand it).
+		sh.started.Wait()
+	}
+	if kq == nil {
+		kq = k.newQueue(sh, key)
+		sh.m[key] = kq
+		sh.peak = max(sh.peak, len(sh.m))
+	}
+	kq.q.push(e)
+	sh.waiting++
+	k.l.accept()
+	if kq.state != keyIdle {
+		sh.mu.Unlock() // the key's step will come to it
+		return nil
+	}
+	if k.perKey {
+		if now := k.clock(); kq.b.avail(now) < 1 {
+			kq.sleep(now)
+			sh.mu.Unlock()
+			return nil
+		}
+	}
+	kq.state = keyScheduled
+	kq.starting = true
+	sh.mu.Unlock()
+	return kq.started(k.l.ex.layerSubmit(kq.step, submitGo))
+}
+
+func (k *Keyed[K]) newQueue(sh *keyShard[K], key K) *keyQueue[K] {
+	kq, _ := k.free.Get().(*keyQueue[K])
+	if kq == nil {
+		kq = &keyQueue[K]{k: k}
+		kq.step = kq.run
+	}
+	kq.sh, kq.key = sh, key
+	if k.perKey {
+		kq.b = k.rate
+	}
+	return kq
+}
+
+// remove deletes kq from its shard. Called under the shard's lock. A queue
+// that no step can reach any more is recycled; one that a stale step or
+// timer might still touch (reuse false) is marked dead instead.
+func (k *Keyed[K]) remove(kq *keyQueue[K], reuse bool) {
+	sh := kq.sh
+	delete(sh.m, kq.key)
+	if n := len(sh.m); sh.peak >= rebuildKeys && n <= sh.peak/8 {
+		// Go maps keep their buckets when emptied: rebuild the map after
+		// most of it has gone, so that idle keys' memory is returned.
+		// Copying n <= peak/8 entries is paid for by the peak-n deletes,
+		// and a shard never keeps room for more than about rebuildKeys
+		// idle keys (or 8 times its live ones).
+		m := make(map[K]*keyQueue[K], n)
+		for key, q := range sh.m {
+			m[key] = q
+		}
+		sh.m, sh.peak = m, n
+	}
+	if k.perKey || !reuse || kq.starting {
+		kq.dead = true // its timer, or its starting Go, may still use it
+		if kq.timer != nil {
+			kq.timer.Stop()
+		}
+		return
+	}
+	var zero K
+	kq.key, kq.sh, kq.state = zero, nil, keyIdle
+	k.free.Put(kq)
+}
+
+// dropAll drops kq's queued tasks and removes it. Called under the shard's
+// lock; the entries are completed after it is released.
+func (k *Keyed[K]) dropAll(kq *keyQueue[K], reuse bool) []layerEntry {
+	var dropped []layerEntry
+	for kq.q.n > 0 {
+		dropped = append(dropped, kq.q.pop())
+	}
+	kq.sh.waiting -= len(dropped)
+	k.remove(kq, reuse)
+	return dropped
+}
+
+func (k *Keyed[K]) dropEntries(es []layerEntry) {
+	for _, e := range es {
+		e.refuse(ErrDropped)
+	}
+	k.l.drop(int64(len(es)))
+}
+
+// stopping reports whether the pool has stopped for good: closed, with its
+// context cancelled by Shutdown's deadline (or by the end of Stop).
+func (k *Keyed[K]) stopping() bool {
+	p := k.l.p
+	return p.e.Closed() && p.ctx.Err() != nil
+}
+
+// abandon runs once the pool has stopped: every key whose step is not
+// running will never run again (its step was dropped from the pool's
+// queue, or is refused), so its tasks are dropped. A running step drops
+// its key's remaining tasks itself when its task returns.
+func (k *Keyed[K]) abandon() {
+	var dropped []layerEntry
+	for i := range k.shards {
+		sh := &k.shards[i]
+		sh.mu.Lock()
+		var gone []*keyQueue[K]
+		for _, kq := range sh.m {
+			// A running step, and a starting Go, deal with their key
+			// themselves.
+			if kq.state != keyRunning && !kq.starting {
+				gone = append(gone, kq)
+			}
+		}
+		for _, kq := range gone {
+			// A step that a worker took just before the pool dropped
+			// the rest may still come: it finds the queue dead.
+			dropped = append(dropped, k.dropAll(kq, false)...)
+		}
+		sh.mu.Unlock()
+	}
+	k.dropEntries(dropped)
+}
+
+// started ends the start of a key that was idle, whose step the executor
+// took (err == nil) or refused: then the task just queued, the only one
+// since other producers of the key wait for this outcome, is not accepted
+// after all.
+func (kq *keyQueue[K]) started(err error) error {
+	k, sh := kq.k, kq.sh
+	sh.mu.Lock()
+	kq.starting = false
+	sh.started.Broadcast()
+	switch {
+	case kq.dead:
+		// The pool stopped and abandon dropped the key's tasks, ours too
+		// (a Task is done with ErrDropped).
+		sh.mu.Unlock()
+		return err
+	case err == nil && kq.state == keyScheduled && k.stopping():
+		// Shutdown's deadline has passed, and abandon left the key to us:
+		// the step was dropped with the pool's queue, or will find the
+		// key dead.
+		dropped := k.dropAll(kq, false)
+		sh.mu.Unlock()
+		k.dropEntries(dropped)
+		return nil
+	case err == nil:
+		if kq.state == keyIdle && kq.q.n == 0 {
+			kq.idle() // the step has run the task and left the key to us
+		}
+		sh.mu.Unlock()
+		return nil
+	}
+	own := kq.q.pop()
+	sh.waiting--
+	kq.state = keyIdle
+	kq.idle()
+	sh.mu.Unlock()
+	k.l.done(1)
+	own.refuse(err)
+	return err
+}
+
+// submitWaiting submits kq's step, waiting for room even on a pool built
+// WithNonBlocking; kq is scheduled and has no step.
+func (kq *keyQueue[K]) submitWaiting() {
+	if err := kq.k.l.ex.layerSubmit(kq.step, submitWait); err != nil {
+		kq.abandonScheduled()
+	}
+}
+
+// abandonScheduled drops the tasks of a scheduled key whose step the
+// stopped pool refused.
+func (kq *keyQueue[K]) abandonScheduled() {
+	sh := kq.sh
+	sh.mu.Lock()
+	if kq.dead || kq.state != keyScheduled {
+		sh.mu.Unlock()
+		return
+	}
+	dropped := kq.k.dropAll(kq, true)
+	sh.mu.Unlock()
+	kq.k.dropEntries(dropped)
+}
+
+// run is the key's step: it runs the key's first task, then passes the key
+// on (see after).
+func (kq *keyQueue[K]) run() {
+	sh := kq.sh
+	sh.mu.Lock()
+	for {
+		if kq.dead || kq.q.n == 0 {
+			sh.mu.Unlock() // abandoned as the pool stopped
+			return
+		}
+		e := kq.q.pop()
+		sh.waiting--
+		kq.state = keyRunning
+		if k := kq.k; k.perKey {
+			now := k.clock()
+			kq.b.take(now) // available: checked before the step was submitted
+			if k.tookToken != nil {
+				k.tookToken(kq.key, now)
+			}
+		}
+		sh.mu.Unlock()
+		if !kq.exec(e) {
+			return
+		}
+		sh.mu.Lock()
+	}
+}
+
+// exec runs e, then passes the key on, and reports whether the step should
+// run the key's next task itself.
+func (kq *keyQueue[K]) exec(e layerEntry) (inline bool) {
+	l := &kq.k.l
+	finished := false
+	defer func() {
+		if !finished {
+			// runtime.Goexit (or a panic that crashes the program): pass
+			// the key on, then let it unwind to the worker.
+			kq.after(false)
+			l.done(1)
+		}
+	}()
+	l.runEntry(e) // recovers panics
+	finished = true
+	inline = kq.after(true) // kq may be recycled from here on
+	l.done(1)
+	return inline
+}
+
+// after passes the key on after one of its tasks: it deletes an idle key,
+// puts a key out of tokens to sleep, or submits the key's step again. It
+// reports whether the calling step should go on with the next task itself
+// (only if mayInline): the executor would not take the step but lets the
+// caller run it.
+func (kq *keyQueue[K]) after(mayInline bool) bool {
+	k, sh := kq.k, kq.sh
+	sh.mu.Lock()
+	if kq.dead {
+		sh.mu.Unlock()
+		return false
+	}
+	if kq.q.n == 0 {
+		if kq.starting {
+			kq.state = keyIdle // the starting Go deals with it
+		} else {
+			kq.idle()
+		}
+		sh.mu.Unlock()
+		return false
+	}
+	if k.stopping() { // Shutdown gave up: drop the rest
+		dropped := k.dropAll(kq, true)
+		sh.mu.Unlock()
+		k.dropEntries(dropped)
+		return false
+	}
+	if k.perKey {
+		if now := k.clock(); kq.b.avail(now) < 1 {
+			kq.sleep(now)
+			sh.mu.Unlock()
+			return false
+		}
+	}
+	kq.state = keyScheduled
+	sh.mu.Unlock()
+	err := k.l.ex.layerSubmit(kq.step, submitTry)
+	switch {
+	case err == nil:
+		return false
+	case k.l.ex.layerInline(err) && mayInline:
+		return true
+	case err == ErrQueueFull:
+		// Unwinding from runtime.Goexit: this worker cannot go on with
+		// the key, and must not wait for room; a goroutine waits instead.
+		go kq.submitWaiting()
+		return false
+	}
+	kq.abandonScheduled()
+	return false
+}
+
+// idle deals with a key whose queue is empty. Called under the shard lock.
+func (kq *keyQueue[K]) idle() {
+	k := kq.k
+	if k.perKey {
+		if now := k.clock(); kq.b.tat > now {
+			// Keep the bucket until it is full again, or a new task could
+			// start before its token.
+			kq.state = keyIdle
+			kq.arm(kq.b.tat, now)
+			return
+		}
+	}
+	k.remove(kq, true)
+}
+
+// sleep makes a key wait for a token. Called under the shard lock.
+func (kq *keyQueue[K]) sleep(now int64) {
+	kq.state = keySleeping
+	kq.arm(kq.b.at(1), now)
+}
+
+// arm sets kq's timer to call wake at at. Called under the shard lock.
+func (kq *keyQueue[K]) arm(at, now int64) {
+	d := time.Duration(max(0, at-now))
+	if kq.timer == nil {
+		kq.timer = time.AfterFunc(d, kq.wake)
+	} else {
+		kq.timer.Reset(d)
+	}
+}
+
+// wake runs on kq's timer: a sleeping key has a token now, or an idle key's
+// bucket is full and its memory can go. A timer that fires late for a
+// state it was not armed for finds nothing to do, or re-arms.
+func (kq *keyQueue[K]) wake() {
+	k, sh := kq.k, kq.sh
+	sh.mu.Lock()
+	if kq.dead {
+		sh.mu.Unlock()
+		return
+	}
+	now := k.clock()
+	switch {
+	case kq.state == keySleeping && kq.b.avail(now) >= 1:
+		kq.state = keyScheduled
+		sh.mu.Unlock()
+		kq.submitWaiting() // on the timer's goroutine: it may wait for room
+		return
+	case kq.state == keySleeping:
+		kq.sleep(now)
+	case kq.state == keyIdle && kq.q.n == 0:
+		if kq.b.tat <= now {
+			k.remove(kq, false)
+		} else {
+			kq.arm(kq.b.tat, now)
+		}
+	}
+	sh.mu.Unlock()
+}

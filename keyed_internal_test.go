@@ -1,0 +1,121 @@
+package crew
+
+import (
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gocrew/crew/internal/leak"
+)
+
+// Idle keys are deleted, and the shards' maps are rebuilt once most of
+// their keys are gone (each keeps room for fewer than rebuildKeys), so the memory of 100,000 keys that ran once is
+// returned: not one map entry, queue or goroutine stays per idle key.
+func TestKeyedIdleKeysAreReclaimed(t *testing.T) {
+	leak.Check(t)
+	p := New(4)
+	defer p.Stop()
+	k := NewKeyed[int](p)
+	heap := func() uint64 {
+		runtime.GC()
+		runtime.GC() // recycled key queues wait one more cycle in the sync.Pool's victim cache
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc
+	}
+	before := heap()
+	const keys = 100_000
+	for round := range 2 {
+		release := make(chan struct{})
+		started := make(chan struct{})
+		for range 4 { // hold the workers so that every key is busy at once
+			p.Go(func() { started <- struct{}{}; <-release })
+			<-started
+		}
+		for key := range keys {
+			k.Go(round*keys+key, func() {})
+		}
+		if s := k.Stats(); s.Keys != keys {
+			t.Fatalf("round %d: %d busy keys, want %d", round, s.Keys, keys)
+		}
+		peak := heap()
+		close(release)
+		k.Wait()
+		after := heap()
+		for i := range k.shards {
+			sh := &k.shards[i]
+			sh.mu.Lock()
+			n, pk, w := len(sh.m), sh.peak, sh.waiting
+			sh.mu.Unlock()
+			if n != 0 || pk >= rebuildKeys || w != 0 {
+				t.Fatalf("round %d: shard %d keeps %d keys (peak %d, waiting %d) after Wait", round, i, n, pk, w)
+			}
+		}
+		// The busy keys cost tens of MB; what is left is at most a few
+		// hundred KB of recycled queues and chunks.
+		t.Logf("round %d: heap %d KB before, %d KB with %d busy keys, %d KB after Wait",
+			round, before>>10, peak>>10, keys, after>>10)
+		if after > before+(peak-before)/10 {
+			t.Fatalf("round %d: heap %d KB after Wait, %d KB before and %d KB with the keys busy", round, after>>10, before>>10, peak>>10)
+		}
+	}
+}
+
+// With WithKeyRate, the token times of each key obey the bucket's bound
+// exactly: in any interval of length d, at most Burst + d/e starts, where
+// e is Per/Limit rounded up. Idle keys are reclaimed once their bucket is
+// full again.
+func TestKeyedRatePerKeyIsNeverExceeded(t *testing.T) {
+	leak.Check(t)
+	p := New(4)
+	defer p.Stop()
+	r := Rate{Limit: 1, Per: 3 * time.Millisecond, Burst: 2}
+	k := NewKeyed[int](p, WithKeyRate(r))
+	var mu sync.Mutex
+	took := map[int][]int64{}
+	k.tookToken = func(key int, now int64) { // under the shard lock
+		mu.Lock()
+		took[key] = append(took[key], now)
+		mu.Unlock()
+	}
+	const keys, perKey = 4, 12
+	for i := range keys * perKey {
+		k.Go(i%keys, func() {})
+	}
+	k.Wait()
+	b, _ := r.bucket()
+	for key, ts := range took {
+		if len(ts) != perKey {
+			t.Fatalf("key %d took %d tokens, want %d", key, len(ts), perKey)
+		}
+		checkBucketBound(t, ts, b)
+	}
+	// Keys stay while their bucket refills, then their memory goes.
+	deadline := time.Now().Add(schedDeadlineInternal)
+	for k.Stats().Keys != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d keys still held after their buckets refilled", k.Stats().Keys)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+const schedDeadlineInternal = 10 * time.Second
+
+// checkBucketBound checks that the sorted times ts (nanoseconds) never put
+// more starts in an interval than the bucket allows: for i < j,
+// j-i+1 <= cap + (ts[j]-ts[i])/e.
+func checkBucketBound(t *testing.T, ts []int64, b tokenBucket) {
+	t.Helper()
+	for i := range ts {
+		for j := i + 1; j < len(ts); j++ {
+			if ts[j] < ts[i] {
+				t.Fatalf("token times out of order: %v", ts)
+			}
+			if int64(j-i+1) > b.cap+(ts[j]-ts[i])/b.e {
+				t.Fatalf("%d starts within %v: the bucket allows %d", j-i+1, time.Duration(ts[j]-ts[i]), b.cap+(ts[j]-ts[i])/b.e)
+			}
+		}
+	}
+}

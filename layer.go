@@ -1,0 +1,376 @@
+package crew
+
+import (
+	"context"
+	"fmt"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// This file holds what Keyed, Priority and RateLimited share. Each is a
+// layer in front of a pool: it keeps its tasks in a queue of its own and
+// submits to the pool a step, a func made once, that takes the task the
+// layer's order says comes next. The pool itself is untouched: its Go path
+// pays nothing for layers it does not have, every task still runs on one of
+// its workers under its limit, and several layers (and plain tasks) can
+// share one pool.
+//
+// A layer counts its unfinished tasks for Wait. From its first task on, it
+// is linked to the pool's context: when that context ends because the pool
+// has stopped (the end of Stop, or Shutdown's deadline), the layer drops
+// the tasks whose steps can no longer run (steps that Shutdown removed from
+// the pool's queue, tasks waiting for a rate limiter's token) so that no
+// Wait and no Task waits for them forever. The link costs one registration
+// on the pool's context, made at the first task; the layer's Wait undoes it
+// when it returns, so a layer made for one job and waited for is not kept
+// alive by its pool.
+
+// An Executor is what Keyed and Priority run their tasks on: a *Pool, or a
+// *RateLimited, which starts them on its pool at a bounded rate. Only crew's
+// types implement it.
+type Executor interface {
+	// Go submits task to run once. See Pool.Go and RateLimited.Go.
+	Go(task func()) error
+
+	// layerPool returns the pool that runs the tasks in the end (nil for
+	// a nil *Pool).
+	layerPool() *Pool
+	// layerSubmit queues a layer's step, waiting for room as how says.
+	layerSubmit(task func(), how submitMode) error
+	// layerInline reports whether a step whose successor layerSubmit
+	// refused with err may run the successor's work itself, on the
+	// worker it holds.
+	layerInline(err error) bool
+}
+
+// submitMode tells layerSubmit whether it may wait for room.
+type submitMode uint8
+
+const (
+	submitGo   submitMode = iota // like Pool.Go: wait for room unless WithNonBlocking
+	submitTry                    // never wait: ErrQueueFull when full
+	submitWait                   // wait for room even WithNonBlocking
+)
+
+func (p *Pool) layerPool() *Pool { return p }
+
+// layerSubmit goes through the Pool's own entry points, so that a step is
+// observed (WithHooks, WithLatency) like any other task.
+func (p *Pool) layerSubmit(task func(), how submitMode) error {
+	switch {
+	case p == nil || p.e == nil:
+		return errZeroPool
+	case how == submitTry:
+		if p.TrySubmit(task) {
+			return nil
+		}
+		if err := p.refuses(); err != nil {
+			return err
+		}
+		return ErrQueueFull
+	case how == submitWait:
+		return p.SubmitCtx(context.Background(), task)
+	}
+	return p.Go(task)
+}
+
+// layerInline: a full queue leaves the step free to go on, and so does
+// Stop, which runs everything queued and waits for the running step; once
+// Shutdown's deadline has cancelled the pool's context, the rest is
+// dropped instead.
+func (p *Pool) layerInline(err error) bool {
+	return err == ErrQueueFull || err == ErrStopped && p.ctx.Err() == nil
+}
+
+// layerEntry is a task queued in a layer: a func from Go, or a Task from
+// Submit.
+type layerEntry struct {
+	fn func()
+	t  *Task
+}
+
+// runEntry runs e. A panic in a Go task is recovered here and passed to
+// the pool's panic handler, as the worker would (unless the pool was built
+// WithCrashOnPanic), so that the layer's step goes on and its accounting
+// follows the handler; a Task recovers its own. Only runtime.Goexit, or a
+// panic about to crash the program, unwinds into the caller.
+func (l *layer) runEntry(e layerEntry) {
+	if e.t != nil {
+		e.t.run()
+		return
+	}
+	p := l.p
+	if p.crash {
+		e.fn()
+		return
+	}
+	returned := false
+	defer func() {
+		if returned {
+			return
+		}
+		if v := recover(); v != nil {
+			p.notePanic()
+			p.onPanic(&PanicError{Value: v, Stack: debug.Stack()})
+		}
+	}()
+	e.fn()
+	returned = true
+}
+
+// refuse completes an entry that will not run: a Task finishes with err.
+func (e layerEntry) refuse(err error) {
+	if e.t != nil {
+		e.t.finish(err)
+	}
+}
+
+// newLayerTask returns a Task for a layer's Submit, or one already done with
+// the error that keeps it from being queued.
+func newLayerTask(p *Pool, task func(context.Context) error) (*Task, error) {
+	t := &Task{p: p, fn: task, done: make(chan struct{})}
+	err := p.refuses()
+	if task == nil {
+		err = ErrNilTask
+	}
+	if err != nil {
+		t.finish(err)
+	}
+	return t, err
+}
+
+// layer is the accounting a layer shares with the others: its executor, its
+// unfinished tasks for Wait, and its link to the pool's context.
+type layer struct {
+	ex Executor
+	p  *Pool
+
+	unfinished atomic.Int64
+	dropped    atomic.Uint64
+	idle       layerSignal
+
+	isLinked atomic.Bool // read by accept without linkMu
+	linkMu   sync.Mutex
+	unlink   func() bool
+	abandon  func() // drops what can no longer run; set by the layer
+}
+
+// init sets up l on ex; it panics with an error wrapping ErrInvalid if ex
+// is nil. A zero pool is accepted: the layer's methods then return the
+// pool's error, like a Group's.
+func (l *layer) init(ex Executor, what string, abandon func()) {
+	if ex == nil {
+		panic(fmt.Errorf("%w: %s: nil Executor", ErrInvalid, what))
+	}
+	l.ex = ex
+	l.p = ex.layerPool()
+	l.abandon = abandon
+}
+
+// refuses reports why the layer's pool takes no new work, or nil.
+func (l *layer) refuses() error {
+	if l.ex == nil {
+		return errZeroLayer
+	}
+	return l.p.refuses()
+}
+
+// accept counts a task in. Called by whoever queues it, before the task
+// can run.
+func (l *layer) accept() {
+	l.unfinished.Add(1)
+	if !l.isLinked.Load() {
+		l.link()
+	}
+}
+
+// done counts n tasks out, run or dropped, and wakes Wait when none is left.
+func (l *layer) done(n int64) {
+	if l.unfinished.Add(-n) == 0 {
+		l.idle.broadcast()
+	}
+}
+
+// drop counts n accepted tasks out as dropped.
+func (l *layer) drop(n int64) {
+	if n > 0 {
+		l.dropped.Add(uint64(n))
+		l.done(n)
+	}
+}
+
+func (l *layer) link() {
+	p := l.p
+	if p == nil || p.e == nil {
+		return
+	}
+	l.linkMu.Lock()
+	// A context already ended by WithContext's parent would call us back at
+	// once, for nothing: the pool still runs. (Then a step that Shutdown
+	// drops later goes unnoticed: see Keyed.)
+	if !l.isLinked.Load() && (p.ctx.Err() == nil || p.e.Closed()) {
+		l.unlink = context.AfterFunc(p.ctx, l.poolDone)
+		l.isLinked.Store(true)
+	}
+	l.linkMu.Unlock()
+}
+
+// poolDone runs when the pool's context ends.
+func (l *layer) poolDone() {
+	l.linkMu.Lock()
+	l.isLinked.Store(false)
+	l.unlink = nil
+	l.linkMu.Unlock()
+	if l.p.e.Closed() {
+		l.abandon()
+	}
+}
+
+// wait blocks until the layer has no unfinished task, then undoes the link
+// to the pool's context if the layer is still idle.
+func (l *layer) wait() {
+	l.idle.wait(func() bool { return l.unfinished.Load() <= 0 })
+	l.linkMu.Lock()
+	if l.isLinked.Load() {
+		// Clear the flag before looking at the count: an accept that
+		// counts its task after our look then sees the flag clear and
+		// links again (both are sequentially consistent atomics).
+		l.isLinked.Store(false)
+		if l.unfinished.Load() == 0 {
+			l.unlink()
+			l.unlink = nil
+		} else {
+			l.isLinked.Store(true)
+		}
+	}
+	l.linkMu.Unlock()
+}
+
+// stats fills the counters every layer has.
+func (l *layer) stats() LayerStats {
+	return LayerStats{Unfinished: int(max(0, l.unfinished.Load())), Dropped: l.dropped.Load()}
+}
+
+// errZeroLayer is returned by the methods of a Keyed, Priority or
+// RateLimited not made by its constructor.
+var errZeroLayer = fmt.Errorf("%w: Keyed, Priority and RateLimited must be made with their New functions", ErrInvalid)
+
+// LayerStats is a snapshot of a Keyed, Priority or RateLimited layer's
+// counters. Like Stats, its fields are read one at a time while tasks run.
+type LayerStats struct {
+	Unfinished int    // tasks accepted that have neither finished nor been dropped
+	Waiting    int    // of those, tasks not yet handed to a worker
+	Keys       int    // Keyed only: keys that hold memory (busy, or refilling a per-key bucket)
+	Dropped    uint64 // tasks accepted and dropped because the pool stopped before they could start
+}
+
+// layerSignal lets goroutines wait for a condition that others make true. A
+// broadcast costs one atomic load when nobody waits.
+type layerSignal struct {
+	waiters atomic.Int32
+	mu      sync.Mutex
+	ch      chan struct{}
+}
+
+func (s *layerSignal) wait(cond func() bool) {
+	s.waiters.Add(1)
+	defer s.waiters.Add(-1)
+	for {
+		// Take the channel before testing cond: a broadcast that follows
+		// a change we missed closes this very channel.
+		s.mu.Lock()
+		if s.ch == nil {
+			s.ch = make(chan struct{})
+		}
+		ch := s.ch
+		s.mu.Unlock()
+		if cond() {
+			return
+		}
+		<-ch
+	}
+}
+
+func (s *layerSignal) broadcast() {
+	if s.waiters.Load() == 0 {
+		return
+	}
+	s.mu.Lock()
+	if s.ch != nil {
+		close(s.ch)
+		s.ch = nil
+	}
+	s.mu.Unlock()
+}
+
+// nanoClock returns the time since an epoch on the monotonic clock, in
+// nanoseconds. Layers read it through a field so that tests can replace it.
+type nanoClock func() int64
+
+func newNanoClock() nanoClock {
+	epoch := time.Now()
+	return func() int64 { return int64(time.Since(epoch)) }
+}
+
+// ringQueue is a growable circular FIFO. Its first two entries live in
+// the struct itself, so a queue that rarely holds more (a key's, mostly)
+// never allocates. It must not be copied once used.
+type ringQueue[E any] struct {
+	buf     []E
+	head, n int
+	small   [2]E
+}
+
+func (r *ringQueue[E]) push(e E) {
+	if r.buf == nil {
+		r.buf = r.small[:]
+	}
+	if r.n == len(r.buf) {
+		buf := make([]E, 2*len(r.buf))
+		for i := range r.n {
+			buf[i] = r.buf[(r.head+i)&(len(r.buf)-1)]
+		}
+		r.buf, r.head = buf, 0
+	}
+	r.buf[(r.head+r.n)&(len(r.buf)-1)] = e
+	r.n++
+}
+
+// pop removes the first entry; the ring must not be empty.
+func (r *ringQueue[E]) pop() E {
+	var zero E
+	e := r.buf[r.head]
+	r.buf[r.head] = zero // let the task be collected
+	r.head = (r.head + 1) & (len(r.buf) - 1)
+	r.n--
+	if r.n == 0 {
+		r.shrink()
+	}
+	return e
+}
+
+// popBack removes the last entry; the ring must not be empty.
+func (r *ringQueue[E]) popBack() E {
+	var zero E
+	i := (r.head + r.n - 1) & (len(r.buf) - 1)
+	e := r.buf[i]
+	r.buf[i] = zero
+	r.n--
+	if r.n == 0 {
+		r.shrink()
+	}
+	return e
+}
+
+// shrink lets an empty ring's buffer go if a burst made it large.
+func (r *ringQueue[E]) shrink() {
+	r.head = 0
+	if len(r.buf) > maxKeptRing {
+		r.buf = r.small[:]
+	}
+}
+
+// maxKeptRing is the largest buffer an empty ringQueue keeps.
+const maxKeptRing = 64

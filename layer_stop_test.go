@@ -1,0 +1,150 @@
+package crew_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gocrew/crew"
+	"github.com/gocrew/crew/internal/leak"
+)
+
+// Stopping a pool while producers flood its layers: every task a layer
+// accepted runs exactly once or is counted dropped, every Task completes,
+// every layer's Wait returns and no key is left. Run for each layer, with
+// Stop and with Shutdown (whose short deadline drops tasks), on a plain
+// and on a bounded non-blocking pool.
+func TestLayersStopWhileSubmitting(t *testing.T) {
+	type layer struct {
+		name   string
+		make   func(p *crew.Pool) (goFn func(i int, f func()) error, submit func(i int, f func(context.Context) error) *crew.Task, wait func(), stats func() crew.LayerStats)
+		pooled bool // Pool.Stop runs every accepted task
+	}
+	layers := []layer{
+		{"Keyed", func(p *crew.Pool) (func(int, func()) error, func(int, func(context.Context) error) *crew.Task, func(), func() crew.LayerStats) {
+			k := crew.NewKeyed[int](p)
+			return func(i int, f func()) error { return k.Go(i%13, f) },
+				func(i int, f func(context.Context) error) *crew.Task { return k.Submit(i%13, f) }, k.Wait, k.Stats
+		}, true},
+		{"KeyedRate", func(p *crew.Pool) (func(int, func()) error, func(int, func(context.Context) error) *crew.Task, func(), func() crew.LayerStats) {
+			k := crew.NewKeyed[int](p, crew.WithKeyRate(crew.Rate{Limit: 1, Per: 20 * time.Microsecond, Burst: 4}))
+			return func(i int, f func()) error { return k.Go(i%13, f) },
+				func(i int, f func(context.Context) error) *crew.Task { return k.Submit(i%13, f) }, k.Wait, k.Stats
+		}, false},
+		{"Priority", func(p *crew.Pool) (func(int, func()) error, func(int, func(context.Context) error) *crew.Task, func(), func() crew.LayerStats) {
+			q := crew.NewPriority(p, crew.WithAging(time.Microsecond))
+			return func(i int, f func()) error { return q.Go(i%5, f) },
+				func(i int, f func(context.Context) error) *crew.Task { return q.Submit(i%5, f) }, q.Wait, q.Stats
+		}, false}, // a Go racing with Stop may leave a task without a step (see Priority.Go)
+		{"RateLimited", func(p *crew.Pool) (func(int, func()) error, func(int, func(context.Context) error) *crew.Task, func(), func() crew.LayerStats) {
+			rl := crew.NewRateLimited(p, crew.Rate{Limit: 1, Per: 10 * time.Microsecond, Burst: 8})
+			return func(_ int, f func()) error { return rl.Go(f) },
+				func(_ int, f func(context.Context) error) *crew.Task { return rl.Submit(f) }, rl.Wait, rl.Stats
+		}, false},
+		{"KeyedOnRateLimited", func(p *crew.Pool) (func(int, func()) error, func(int, func(context.Context) error) *crew.Task, func(), func() crew.LayerStats) {
+			rl := crew.NewRateLimited(p, crew.Rate{Limit: 1, Per: 10 * time.Microsecond, Burst: 8})
+			k := crew.NewKeyed[int](rl)
+			return func(i int, f func()) error { return k.Go(i%13, f) },
+				func(i int, f func(context.Context) error) *crew.Task { return k.Submit(i%13, f) },
+				func() { k.Wait(); rl.Wait() }, k.Stats
+		}, false},
+	}
+	for _, l := range layers {
+		for _, shutdown := range []bool{false, true} {
+			for _, nonBlocking := range []bool{false, true} {
+				name := fmt.Sprintf("%s/shutdown=%v/nonblocking=%v", l.name, shutdown, nonBlocking)
+				t.Run(name, func(t *testing.T) {
+					leak.Check(t)
+					for range scaled(6, 3) {
+						stopWhileSubmitting(t, l.make, shutdown, nonBlocking, l.pooled)
+					}
+				})
+			}
+		}
+	}
+}
+
+func stopWhileSubmitting(t *testing.T,
+	mk func(p *crew.Pool) (func(int, func()) error, func(int, func(context.Context) error) *crew.Task, func(), func() crew.LayerStats),
+	shutdown, nonBlocking, pooled bool) {
+	t.Helper()
+	var opts []crew.Option
+	if nonBlocking {
+		opts = append(opts, crew.WithQueueSize(4), crew.WithNonBlocking())
+	}
+	p := crew.New(3, opts...)
+	goFn, submit, wait, stats := mk(p)
+	n := scaled(400, 4)
+	runs := make([]atomic.Int32, 4*n)
+	var accepted atomic.Int64
+	var tasks sync.Map // id -> *crew.Task
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			for i := range n {
+				id := g*n + i
+				if i%4 == 0 {
+					task := submit(id, func(context.Context) error { runs[id].Add(1); return nil })
+					tasks.Store(id, task)
+					continue
+				}
+				if err := goFn(id, func() { runs[id].Add(1) }); err == nil {
+					accepted.Add(1)
+				}
+			}
+		})
+	}
+	if shutdown {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Microsecond)
+		defer cancel()
+		within(t, schedDeadline, "Pool.Shutdown", func() { p.Shutdown(ctx) })
+	} else {
+		within(t, schedDeadline, "Pool.Stop", p.Stop)
+	}
+	wg.Wait()
+	within(t, schedDeadline, "the layer's Wait", wait)
+	var ranGo, dropped int64
+	tasks.Range(func(k, v any) bool {
+		id, task := k.(int), v.(*crew.Task)
+		var err error
+		within(t, schedDeadline, "Task.Wait", func() { err = task.Wait() })
+		switch {
+		case err == nil && runs[id].Load() == 1:
+		case err == crew.ErrDropped && runs[id].Load() == 0:
+			dropped++
+		case (err == crew.ErrStopped || err == crew.ErrQueueFull) && runs[id].Load() == 0:
+		default:
+			t.Fatalf("Task %d: %v after %d runs", id, err, runs[id].Load())
+		}
+		runs[id].Store(0)
+		return true
+	})
+	for id := range runs {
+		switch runs[id].Load() {
+		case 0:
+		case 1:
+			ranGo++
+		default:
+			t.Fatalf("task %d ran %d times", id, runs[id].Load())
+		}
+	}
+	s := stats()
+	// Go tasks that ran or were dropped are the accepted ones; a Go that
+	// raced with the stop may have been counted dropped and still returned
+	// its error, so dropped may exceed the difference.
+	if ranGo+int64(s.Dropped)-dropped < accepted.Load() {
+		t.Fatalf("%d Go tasks accepted, %d ran, %d dropped", accepted.Load(), ranGo, int64(s.Dropped)-dropped)
+	}
+	if pooled && !shutdown && s.Dropped != 0 {
+		t.Fatalf("Stop dropped %d tasks", s.Dropped)
+	}
+	if s.Unfinished != 0 || s.Waiting != 0 {
+		t.Fatalf("Stats after the stop = %+v", s)
+	}
+	// Idle keys whose bucket refills go when the layer learns of the stop
+	// (on the pool context's goroutine) or when their bucket is full.
+	waitFor(t, "no key left", func() bool { return stats().Keys == 0 })
+}

@@ -1,0 +1,416 @@
+package crew
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// A Priority runs tasks on an Executor (a pool, or a RateLimited), starting
+// the queued task of highest priority first whenever a worker comes free,
+// with aging so that low priorities cannot starve.
+//
+// # Aging and the starvation bound
+//
+// A task's effective priority grows while it waits: it is
+// priority + waited/aging, where aging is set WithAging (DefaultAging if not
+// set). Equal effective priorities start in submission order. Since every
+// task ages at the same pace, the order between two queued tasks never
+// changes, which gives an exact bound: a task of priority p submitted at
+// time t can be overtaken only by tasks already queued at t and by tasks of
+// priority q > p submitted before t + (q-p)×aging. With priorities at most
+// P, a task starts after at most the tasks queued before it plus those
+// submitted during the (P-p)×aging that follows it. WithAging(0) turns aging
+// off: strict priorities, FIFO within one, and low priorities can starve.
+//
+// # Cost
+//
+// Each task is kept in a heap under a mutex, and one step is
+// submitted to the pool for it; the step runs the best task queued when it
+// starts, which need not be the one it was submitted for. The pool does not
+// know about priorities and its own Go path pays nothing for them. Go costs
+// a heap push (O(log n) for n queued tasks), the pool submission and a heap
+// pop: BENCHMARKS.md compares it with Pool.Go. Tasks already in the pool's
+// queue when a higher-priority task arrives do not move, but they are
+// steps, not tasks: the task a step runs is chosen when it starts.
+//
+// A Priority must be made with NewPriority; its methods are safe for
+// concurrent use. Several may share one pool.
+type Priority struct {
+	l     layer
+	clock nanoClock
+	aging int64  // nanoseconds per priority level; 0: strict priorities
+	step  func() // q.run, made once
+
+	mu      sync.Mutex
+	h       []prioItem   // a 4-ary min-heap on (key, seq)
+	entries []layerEntry // the tasks, by prioItem.slot
+	free    []uint32     // unused slots of entries
+	seq     uint64
+	pending int          // steps submitted and not started
+	orphans atomic.Int32 // tasks in h without a step (see countOrphans); read without mu
+}
+
+// prioItem is a heap node. It holds no pointer, so sifting needs no write
+// barrier and the collector does not scan the heap; the task itself stays
+// put in entries.
+type prioItem struct {
+	key  int64 // with aging: submission time - priority×aging; strict: -priority
+	seq  uint64
+	slot uint32 // in entries
+}
+
+func (a *prioItem) before(b *prioItem) bool {
+	return a.key < b.key || a.key == b.key && a.seq < b.seq
+}
+
+// DefaultAging is how long a task waits to gain one level of priority,
+// unless WithAging says otherwise.
+const DefaultAging = 100 * time.Millisecond
+
+// A PriorityOption configures a Priority in NewPriority.
+type PriorityOption func(*Priority)
+
+// WithAging sets how long a queued task waits to gain one level of
+// priority (DefaultAging if not set). d == 0 turns aging off: strict
+// priorities, under which a steady stream of high-priority tasks starves
+// the low ones. WithAging panics with an error wrapping ErrInvalid if
+// d < 0.
+func WithAging(d time.Duration) PriorityOption {
+	if d < 0 {
+		panic(fmt.Errorf("%w: WithAging(%v): duration must not be negative", ErrInvalid, d))
+	}
+	return func(q *Priority) { q.aging = int64(d) }
+}
+
+// NewPriority returns a Priority that runs its tasks on ex (a *Pool or a
+// *RateLimited). It panics with an error wrapping ErrInvalid if ex is nil.
+func NewPriority(ex Executor, opts ...PriorityOption) *Priority {
+	q := &Priority{aging: int64(DefaultAging), clock: newNanoClock()}
+	for _, o := range opts {
+		if o == nil {
+			panic(fmt.Errorf("%w: NewPriority: nil option", ErrInvalid))
+		}
+		o(q)
+	}
+	q.l.init(ex, "NewPriority", q.abandon)
+	q.step = q.run
+	return q
+}
+
+// Go queues task with priority prio (higher runs sooner; any int) and
+// submits a step for it to the executor. It waits for room in a bounded
+// pool queue like Pool.Go (ErrQueueFull WithNonBlocking), returns
+// ErrStopped once the pool has begun to stop and ErrNilTask for a nil task.
+// A panic in task goes to the pool's panic handler. Go allocates nothing
+// beyond the task's closure, except when the heap grows.
+//
+// Pool.Stop runs the tasks Go accepted, with one exception: since a step
+// runs the best task, not its own, a Go that the stopping pool refuses may
+// find that its task has already run in another's step, leaving another
+// task without a step; if no step of q is left to take it on, that task is
+// dropped. When Shutdown's deadline passes, the tasks that have not started
+// are dropped. Dropped tasks are counted in Stats().Dropped, and a Task
+// made by Submit completes with ErrDropped.
+func (q *Priority) Go(prio int, task func()) error {
+	if task == nil {
+		if q.l.ex == nil {
+			return errZeroLayer
+		}
+		return ErrNilTask
+	}
+	return q.push(prio, layerEntry{fn: task})
+}
+
+// Submit queues task with priority prio like Go and returns a Task to wait
+// for its result; the task receives the pool's context. A Task that cannot
+// be queued is already done with the error; one dropped because the pool
+// stopped first completes with ErrDropped.
+func (q *Priority) Submit(prio int, task func(ctx context.Context) error) *Task {
+	t, err := newLayerTask(q.l.p, task)
+	if err == nil {
+		q.push(prio, layerEntry{t: t})
+	}
+	return t
+}
+
+// Wait blocks until every task queued on q has finished or been dropped.
+// Tasks queued while it waits count too.
+func (q *Priority) Wait() {
+	if q.l.ex != nil {
+		q.l.wait()
+	}
+}
+
+// Stats returns a snapshot of q's counters; Waiting counts the tasks in
+// its heap.
+func (q *Priority) Stats() LayerStats {
+	if q.l.ex == nil {
+		return LayerStats{}
+	}
+	s := q.l.stats()
+	q.mu.Lock()
+	s.Waiting = len(q.h)
+	q.mu.Unlock()
+	return s
+}
+
+// key returns the heap key of a task of priority prio submitted now: with
+// aging, the time at which it would have had to be submitted with
+// priority 0 to be worth as much now. (Comparing prio+waited/aging between
+// two tasks at any moment compares these keys, which do not change.)
+func (q *Priority) key(prio int) int64 {
+	p := int64(prio)
+	if q.aging == 0 {
+		return -p
+	}
+	lim := math.MaxInt64 / 4 / q.aging
+	p = min(max(p, -lim), lim) // keep the product well inside int64
+	return q.clock() - p*q.aging
+}
+
+func (q *Priority) push(prio int, e layerEntry) error {
+	key := q.key(prio) // reads the clock: outside the lock
+	q.mu.Lock()
+	if err := q.l.refuses(); err != nil {
+		q.mu.Unlock()
+		e.refuse(err)
+		return err
+	}
+	seq := q.seq
+	q.seq++
+	q.heapPush(prioItem{key: key, seq: seq, slot: q.store(e)})
+	q.pending++
+	q.l.accept()
+	q.mu.Unlock()
+	if err := q.l.ex.layerSubmit(q.step, submitGo); err != nil {
+		return q.failed(seq, err)
+	}
+	return nil
+}
+
+// failed undoes a submission whose step the executor refused with err.
+func (q *Priority) failed(seq uint64, err error) error {
+	q.mu.Lock()
+	q.pending--
+	for i := range q.h {
+		if q.h[i].seq == seq { // ours is still queued: take it back
+			e := q.heapRemove(i)
+			q.mu.Unlock()
+			q.l.done(1)
+			e.refuse(err)
+			return err
+		}
+	}
+	// Another submission's step took ours, so it ran or runs: ours was
+	// accepted after all, and a queued task now lacks a step: an orphan.
+	if len(q.h) <= q.pending {
+		q.mu.Unlock() // none: dropped already as the pool stopped
+		return nil
+	}
+	q.countOrphans()
+	for {
+		// A step that is pending, or running a task (those not in the
+		// heap), adopts it when its own task is done (see run): it reads
+		// orphans after counting its task done, and we read that count
+		// after raising orphans.
+		if q.pending > 0 || q.l.unfinished.Load() > int64(len(q.h)) {
+			q.mu.Unlock()
+			return nil
+		}
+		if err != ErrQueueFull {
+			break
+		}
+		// Nobody to adopt it, and the pool's queue is full: wait for room
+		// for a step of its own.
+		q.pending++
+		q.countOrphans()
+		q.mu.Unlock()
+		if err = q.l.ex.layerSubmit(q.step, submitWait); err == nil {
+			return nil
+		}
+		q.mu.Lock()
+		q.pending--
+		if len(q.h) <= q.pending {
+			q.mu.Unlock()
+			return nil
+		}
+		q.countOrphans()
+	}
+	// The pool has stopped and nothing of q runs: the task that would
+	// have started last cannot start.
+	worst := 0
+	for i := 1; i < len(q.h); i++ {
+		if q.h[worst].before(&q.h[i]) {
+			worst = i
+		}
+	}
+	e := q.heapRemove(worst)
+	q.countOrphans()
+	q.mu.Unlock()
+	e.refuse(ErrDropped)
+	q.l.drop(1)
+	return nil
+}
+
+// run is the step: it runs the best queued task, then the tasks left
+// without a step by submissions the pool refused (see failed), if any.
+func (q *Priority) run() {
+	q.mu.Lock()
+	q.pending--
+	if len(q.h) == 0 { // dropped as the pool stopped
+		q.mu.Unlock()
+		return
+	}
+	e := q.heapRemove(0)
+	q.mu.Unlock()
+	for {
+		q.exec(e)
+		if q.orphans.Load() == 0 { // one atomic load: the word is rarely written
+			return
+		}
+		var ok bool
+		if e, ok = q.adopt(); !ok {
+			return
+		}
+	}
+}
+
+// countOrphans publishes the number of tasks without a step. Called under
+// mu after a change that can alter it.
+func (q *Priority) countOrphans() {
+	q.orphans.Store(int32(max(0, len(q.h)-q.pending)))
+}
+
+func (q *Priority) exec(e layerEntry) {
+	defer q.l.done(1)
+	q.l.runEntry(e)
+}
+
+// adopt takes the best task if one lacks a step. When the executor does
+// not let a step run more than its own task (after Shutdown's deadline; on
+// a RateLimited, which would start it without a token), it drops the
+// tasks that lack a step instead.
+func (q *Priority) adopt() (layerEntry, bool) {
+	q.mu.Lock()
+	var dropped []layerEntry
+	for len(q.h) > q.pending {
+		e := q.heapRemove(0)
+		if q.l.ex.layerInline(ErrQueueFull) && q.l.ex.layerInline(ErrStopped) {
+			q.countOrphans()
+			q.mu.Unlock()
+			return e, true
+		}
+		dropped = append(dropped, e)
+	}
+	q.countOrphans()
+	q.mu.Unlock()
+	for _, e := range dropped {
+		e.refuse(ErrDropped)
+	}
+	q.l.drop(int64(len(dropped)))
+	return layerEntry{}, false
+}
+
+// abandon drops every queued task once the pool has stopped: their steps
+// have been dropped or have run.
+func (q *Priority) abandon() {
+	q.mu.Lock()
+	var dropped []layerEntry
+	for _, it := range q.h {
+		dropped = append(dropped, q.entries[it.slot])
+	}
+	q.h, q.entries, q.free = nil, nil, nil
+	q.countOrphans()
+	q.mu.Unlock()
+	for _, e := range dropped {
+		e.refuse(ErrDropped)
+	}
+	q.l.drop(int64(len(dropped)))
+}
+
+// store keeps e in a free slot of entries and returns the slot.
+func (q *Priority) store(e layerEntry) uint32 {
+	if n := len(q.free); n > 0 {
+		slot := q.free[n-1]
+		q.free = q.free[:n-1]
+		q.entries[slot] = e
+		return slot
+	}
+	q.entries = append(q.entries, e)
+	return uint32(len(q.entries) - 1)
+}
+
+func (q *Priority) heapPush(it prioItem) {
+	q.h = append(q.h, it)
+	q.up(len(q.h) - 1)
+}
+
+// heapRemove removes the item at i and returns its task.
+func (q *Priority) heapRemove(i int) layerEntry {
+	h := q.h
+	n := len(h) - 1
+	slot := h[i].slot
+	h[i] = h[n]
+	q.h = h[:n]
+	if i < n {
+		q.down(i)
+		q.up(i)
+	}
+	e := q.entries[slot]
+	q.entries[slot] = layerEntry{} // let the task be collected
+	switch {
+	case n == 0 && cap(h) > 1024:
+		q.h, q.entries, q.free = nil, nil, nil // a drained burst returns its memory
+	case n == 0:
+		q.entries, q.free = q.entries[:0], q.free[:0]
+	default:
+		q.free = append(q.free, slot)
+	}
+	return e
+}
+
+// The heap is 4-ary: half as deep as a binary one, and a node's children
+// share a cache line or two, which pays off for the large heaps of a
+// backlog. Sifting moves a hole instead of swapping items.
+const heapArity = 4
+
+func (q *Priority) up(i int) {
+	h := q.h
+	it := h[i]
+	for i > 0 {
+		parent := (i - 1) / heapArity
+		if !it.before(&h[parent]) {
+			break
+		}
+		h[i] = h[parent]
+		i = parent
+	}
+	h[i] = it
+}
+
+func (q *Priority) down(i int) {
+	h := q.h
+	it := h[i]
+	for {
+		first := heapArity*i + 1
+		if first >= len(h) {
+			break
+		}
+		best := first
+		for c := first + 1; c < min(first+heapArity, len(h)); c++ {
+			if h[c].before(&h[best]) {
+				best = c
+			}
+		}
+		if !h[best].before(&it) {
+			break
+		}
+		h[i] = h[best]
+		i = best
+	}
+	h[i] = it
+}

@@ -1,0 +1,328 @@
+package crew
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+)
+
+// A Rate is a token bucket: Limit tokens are added every Per, evenly spread
+// (one every Per/Limit), and the bucket holds at most Burst of them. Each
+// task start takes one token, so in any interval of length d at most
+// Burst + Limit·d/Per tasks start. A zero Burst means 1: starts are then
+// spaced at least Per/Limit apart and no interval of length Per sees more
+// than Limit of them plus the one at its very edge.
+//
+// The spacing Per/Limit is rounded up to whole nanoseconds, so the rate
+// actually enforced is never above the one asked for.
+type Rate struct {
+	Limit int           // tokens per Per; at least 1
+	Per   time.Duration // at least 1ns
+	Burst int           // tokens the bucket holds; 0 means 1
+}
+
+// bucket returns an empty-history (full) token bucket for r, or an error
+// wrapping ErrInvalid.
+func (r Rate) bucket() (tokenBucket, error) {
+	burst := r.Burst
+	if burst == 0 {
+		burst = 1
+	}
+	if r.Limit < 1 || r.Per < 1 || burst < 1 {
+		return tokenBucket{}, fmt.Errorf("%w: %+v: Limit and Per must be positive, Burst at least 0", ErrInvalid, r)
+	}
+	e := (int64(r.Per) + int64(r.Limit) - 1) / int64(r.Limit) // round up: never faster
+	if int64(burst) > math.MaxInt64/4/e {
+		return tokenBucket{}, fmt.Errorf("%w: %+v: Burst×Per/Limit is too long", ErrInvalid, r)
+	}
+	return tokenBucket{e: e, cap: int64(burst)}, nil
+}
+
+// tokenBucket is a token bucket kept as a generic cell rate algorithm
+// (GCRA): instead of a token count refilled by a ticker, it stores tat, the
+// time at which the bucket will be full again, and computes the tokens at
+// any moment from it. Nothing runs while it refills. Times are nanoseconds
+// on a nanoClock. The caller guards it.
+type tokenBucket struct {
+	e   int64 // nanoseconds per token
+	cap int64 // tokens it holds when full
+	tat int64 // when it is full again; full when tat <= now
+}
+
+// avail returns the tokens available at now, between 0 and cap.
+func (b *tokenBucket) avail(now int64) int64 {
+	if b.tat <= now {
+		return b.cap
+	}
+	return b.cap - (b.tat-now+b.e-1)/b.e
+}
+
+// take uses one token; call it only when avail(now) >= 1.
+func (b *tokenBucket) take(now int64) { b.tat = max(b.tat, now) + b.e }
+
+// at returns the time from which m tokens (m <= cap) are available, if
+// none is taken meanwhile.
+func (b *tokenBucket) at(m int64) int64 { return b.tat - (b.cap-m)*b.e }
+
+// A RateLimited runs tasks on a pool, starting at most as many as its Rate
+// allows, in submission order. Tasks waiting for a token wait in the
+// RateLimited's own queue: they hold no worker and no goroutine, and an
+// idle RateLimited runs nothing (no ticker). A task is handed to the pool
+// only when a token is available for it, and takes the token when it
+// starts on a worker, so a pool queue or busy workers can delay starts but
+// never bunch them beyond the rate.
+//
+// A RateLimited is an Executor: Keyed and Priority layers built on it run
+// their tasks at its rate, across all their keys or priorities. Several
+// RateLimited may share one pool, each with its own rate. All methods are
+// safe for concurrent use. Make one with NewRateLimited.
+type RateLimited struct {
+	l     layer
+	clock nanoClock
+	step  func() // r.run, made once
+
+	mu       sync.Mutex
+	b        tokenBucket
+	q        ringQueue[layerEntry]
+	inflight int         // steps handed to the pool that have not started
+	timer    *time.Timer // calls tick when the next token is due
+	timerAt  int64       // when timer fires; -1: not armed
+
+	tookToken func(now int64) // tests: called under mu at each token taken
+}
+
+// retryFull is how long a RateLimited waits before it offers a step again
+// to a pool whose bounded queue was full (then from the timer's goroutine,
+// which may wait for room).
+const retryFull = time.Millisecond
+
+// NewRateLimited returns a RateLimited that runs tasks on p at rate r.
+// It panics with an error wrapping ErrInvalid if p is nil or r is invalid
+// (see Rate). It costs a few small allocations, once.
+func NewRateLimited(p *Pool, r Rate) *RateLimited {
+	if p == nil {
+		panic(fmt.Errorf("%w: NewRateLimited: nil pool", ErrInvalid))
+	}
+	b, err := r.bucket()
+	if err != nil {
+		panic(err)
+	}
+	rl := &RateLimited{b: b, clock: newNanoClock(), timerAt: -1}
+	rl.l.init(p, "NewRateLimited", rl.abandon)
+	rl.step = rl.run
+	return rl
+}
+
+// Go queues task to start once the rate allows, after the tasks queued
+// before it. It never waits: the RateLimited's queue is unbounded, and a
+// bounded pool queue only bounds the tasks already given a token. It
+// returns ErrStopped once the pool has begun to stop and ErrNilTask for a
+// nil task. A panic in task goes to the pool's panic handler.
+//
+// A task still waiting for a token when the pool stops is dropped and
+// counted in Stats().Dropped: Pool.Stop runs what the pool has queued, not
+// what a limiter holds back; call Wait first to run everything. Go costs a
+// lock, a few atomic operations and a pool submission: no allocation beyond
+// the task's own closure.
+func (r *RateLimited) Go(task func()) error {
+	if task == nil {
+		if r.l.ex == nil {
+			return errZeroLayer
+		}
+		return ErrNilTask
+	}
+	return r.push(layerEntry{fn: task}, submitGo)
+}
+
+// Submit queues task like Go and returns a Task to wait for its result; the
+// task receives the pool's context. A Task that cannot be queued is already
+// done with the error (see Pool.Submit); one dropped because the pool
+// stopped first completes with ErrDropped.
+func (r *RateLimited) Submit(task func(ctx context.Context) error) *Task {
+	t, err := newLayerTask(r.l.p, task) // a zero RateLimited has no pool: errZeroPool
+	if err == nil {
+		r.push(layerEntry{t: t}, submitGo)
+	}
+	return t
+}
+
+// Wait blocks until every task queued on r has started and finished, or
+// been dropped. Tasks queued while it waits count too.
+func (r *RateLimited) Wait() {
+	if r.l.ex != nil {
+		r.l.wait()
+	}
+}
+
+// Stats returns a snapshot of r's counters; Waiting counts the tasks
+// waiting for a token or for a worker.
+func (r *RateLimited) Stats() LayerStats {
+	if r.l.ex == nil {
+		return LayerStats{}
+	}
+	s := r.l.stats()
+	r.mu.Lock()
+	s.Waiting = r.q.n
+	r.mu.Unlock()
+	return s
+}
+
+func (r *RateLimited) layerPool() *Pool { return r.l.p }
+
+// layerSubmit queues a layer's step like Go; submitWait lets the pool
+// submission that a token available at once leads to wait for room.
+func (r *RateLimited) layerSubmit(task func(), how submitMode) error {
+	if r.l.ex == nil {
+		return errZeroLayer
+	}
+	return r.push(layerEntry{fn: task}, how)
+}
+
+// layerInline: a step refused by a stopped RateLimited must not run its
+// successor anyway; that would start it without a token.
+func (r *RateLimited) layerInline(error) bool { return false }
+
+// push queues e and hands the pool a step for each task that has a token.
+// Only submitWait lets that wait for room in the pool's queue; otherwise a
+// step the full queue refuses is offered again shortly.
+func (r *RateLimited) push(e layerEntry, how submitMode) error {
+	if how == submitGo {
+		how = submitTry // Go never waits
+	}
+	r.mu.Lock()
+	if err := r.l.refuses(); err != nil {
+		r.mu.Unlock()
+		e.refuse(err)
+		return err
+	}
+	r.q.push(e)
+	r.l.accept()
+	n := r.pump(r.clock())
+	r.mu.Unlock()
+	r.submit(n, how)
+	return nil
+}
+
+// pump reserves a step for each waiting task that has a token now, and
+// arms the timer for the next one. It returns how many steps the caller
+// must submit. Called under mu.
+//
+// Each step takes its token when it starts, not here; pump keeps the
+// steps in flight no more than the tokens available, and tokens only
+// accrue until a step takes one, so every step finds its token.
+func (r *RateLimited) pump(now int64) int {
+	waiting := r.q.n - r.inflight
+	if waiting <= 0 {
+		return 0
+	}
+	n := min(waiting, max(0, int(r.b.avail(now))-r.inflight))
+	r.inflight += n
+	// With as many steps in flight as the bucket holds, the next pump is
+	// the next step's, when it takes its token.
+	if waiting > n && r.inflight < int(r.b.cap) {
+		r.arm(r.b.at(int64(r.inflight+1)), now)
+	}
+	return n
+}
+
+// arm makes sure tick runs at or before at. Called under mu.
+func (r *RateLimited) arm(at, now int64) {
+	if r.timerAt >= 0 && r.timerAt <= at {
+		return
+	}
+	d := time.Duration(max(0, at-now))
+	if r.timer == nil {
+		r.timer = time.AfterFunc(d, r.tick)
+	} else {
+		r.timer.Reset(d)
+	}
+	r.timerAt = at
+}
+
+// tick runs on the timer's goroutine when a token is due.
+func (r *RateLimited) tick() {
+	r.mu.Lock()
+	r.timerAt = -1
+	n := r.pump(r.clock())
+	r.mu.Unlock()
+	r.submit(n, submitWait) // a goroutine of its own: it may wait for room
+}
+
+// submit hands n reserved steps to the pool. What it cannot hand over stays
+// queued: it is retried shortly if the pool's queue was full, and dropped
+// if the pool has stopped.
+func (r *RateLimited) submit(n int, how submitMode) {
+	for i := range n {
+		err := r.l.p.layerSubmit(r.step, how)
+		if err == nil {
+			continue
+		}
+		r.mu.Lock()
+		r.inflight -= n - i
+		if err == ErrQueueFull {
+			now := r.clock()
+			r.arm(now+int64(retryFull), now)
+			r.mu.Unlock()
+			return
+		}
+		// Stopped: the tasks that have a step in the pool still run (Stop
+		// runs the pool's queue); the others never will.
+		var dropped []layerEntry
+		for r.q.n > r.inflight {
+			dropped = append(dropped, r.q.popBack())
+		}
+		r.mu.Unlock()
+		r.dropEntries(dropped)
+		return
+	}
+}
+
+// run is the step: it starts the first waiting task with a token.
+func (r *RateLimited) run() {
+	r.mu.Lock()
+	r.inflight--
+	if r.q.n == 0 { // dropped as the pool stopped
+		r.mu.Unlock()
+		return
+	}
+	now := r.clock()
+	if r.b.avail(now) < 1 { // cannot happen (see pump); never start without a token
+		r.arm(r.b.at(1), now)
+		r.mu.Unlock()
+		return
+	}
+	r.b.take(now)
+	if r.tookToken != nil {
+		r.tookToken(now)
+	}
+	e := r.q.pop()
+	n := r.pump(now)
+	r.mu.Unlock()
+	r.submit(n, submitTry) // never block a worker
+	defer r.l.done(1)
+	r.l.runEntry(e)
+}
+
+// abandon drops every waiting task once the pool has stopped.
+func (r *RateLimited) abandon() {
+	r.mu.Lock()
+	var dropped []layerEntry
+	for r.q.n > 0 {
+		dropped = append(dropped, r.q.pop())
+	}
+	if r.timer != nil {
+		r.timer.Stop()
+		r.timerAt = -1
+	}
+	r.mu.Unlock()
+	r.dropEntries(dropped)
+}
+
+func (r *RateLimited) dropEntries(es []layerEntry) {
+	for _, e := range es {
+		e.refuse(ErrDropped)
+	}
+	r.l.drop(int64(len(es)))
+}

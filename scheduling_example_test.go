@@ -1,0 +1,162 @@
+package crew_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gocrew/crew"
+)
+
+func ExampleNewFunc() {
+	var total atomic.Int64
+	p := crew.NewFunc(4, func(ctx context.Context, n int) error {
+		total.Add(int64(n))
+		return nil
+	})
+	for i := 1; i <= 100; i++ {
+		p.Invoke(i) // queues the int itself: no allocation
+	}
+	p.Stop()
+	fmt.Println(total.Load())
+	// Output: 5050
+}
+
+func ExampleWithErrorHandler() {
+	var mu sync.Mutex
+	var failed []string
+	p := crew.NewFunc(2, func(ctx context.Context, name string) error {
+		if strings.HasPrefix(name, "bad") {
+			return fmt.Errorf("cannot process %s", name)
+		}
+		return nil
+	}, crew.WithErrorHandler(func(err error) {
+		mu.Lock()
+		failed = append(failed, err.Error())
+		mu.Unlock()
+	}))
+	for _, name := range []string{"a", "bad-b", "c"} {
+		p.Invoke(name)
+	}
+	p.Stop()
+	fmt.Println(failed, p.Stats().Failed)
+	// Output: [cannot process bad-b] 1
+}
+
+// Each worker owns a buffer: tasks use it without a lock, and it is
+// released when the worker retires.
+func ExampleNewWorkerPool() {
+	var made, released atomic.Int64
+	var mu sync.Mutex
+	var out []string
+	p := crew.NewWorkerPool(2,
+		func(ctx context.Context) (*strings.Builder, error) { // once per worker
+			made.Add(1)
+			return new(strings.Builder), nil
+		},
+		func(b *strings.Builder) { released.Add(1) }, // when the worker retires
+		func(ctx context.Context, b *strings.Builder, word string) error {
+			b.Reset() // this worker's own buffer: no other call uses it now
+			b.WriteString(strings.ToUpper(word))
+			mu.Lock()
+			out = append(out, b.String())
+			mu.Unlock()
+			return nil
+		})
+	for _, w := range []string{"a", "b", "c", "d"} {
+		p.Invoke(w)
+	}
+	p.Stop()
+	fmt.Println(len(out), made.Load() <= 2, made.Load() == released.Load())
+	// Output: 4 true true
+}
+
+// Tasks of one key run one at a time, in order; keys run in parallel.
+func ExampleKeyed() {
+	p := crew.New(8)
+	defer p.Stop()
+	k := crew.NewKeyed[string](p)
+
+	balance := map[string]*int{"alice": new(int), "bob": new(int)} // only read while tasks run
+	for range 100 {
+		// No lock: tasks of one account never overlap, and each sees the
+		// effects of the ones submitted before it.
+		k.Go("alice", func() { *balance["alice"] += 2 })
+		k.Go("bob", func() { *balance["bob"] -= 1 })
+	}
+	k.Wait()
+	fmt.Println(*balance["alice"], *balance["bob"], k.Stats().Keys)
+	// Output: 200 -100 0
+}
+
+func ExampleKeyed_Submit() {
+	p := crew.New(4)
+	defer p.Stop()
+	k := crew.NewKeyed[int](p)
+	var log []string // key 7's tasks run one at a time, in order
+	for i := range 3 {
+		k.Go(7, func() { log = append(log, fmt.Sprint("step ", i)) })
+	}
+	t := k.Submit(7, func(ctx context.Context) error { return errors.New("step 3 failed") })
+	fmt.Println(t.Wait())
+	fmt.Println(log)
+	// Output:
+	// step 3 failed
+	// [step 0 step 1 step 2]
+}
+
+// A per-key rate: each key starts at most 2 tasks per 10ms (a burst of 2).
+func ExampleWithKeyRate() {
+	p := crew.New(4)
+	defer p.Stop()
+	k := crew.NewKeyed[string](p, crew.WithKeyRate(crew.Rate{Limit: 2, Per: 10 * time.Millisecond, Burst: 2}))
+	start := time.Now()
+	for range 6 {
+		k.Go("api.example.com", func() {})
+	}
+	k.Wait()
+	// 2 at once, then one every 5ms: at least 20ms.
+	fmt.Println(time.Since(start) >= 20*time.Millisecond)
+	// Output: true
+}
+
+func ExamplePriority() {
+	p := crew.New(1)
+	defer p.Stop()
+	q := crew.NewPriority(p, crew.WithAging(time.Second))
+
+	release := make(chan struct{})
+	p.Go(func() { <-release }) // hold the only worker while tasks queue up
+
+	var order []string
+	for _, t := range []struct {
+		name string
+		prio int
+	}{{"batch", 0}, {"report", 1}, {"user request", 10}, {"backup", 0}} {
+		q.Go(t.prio, func() { order = append(order, t.name) })
+	}
+	close(release)
+	q.Wait()
+	fmt.Println(strings.Join(order, ", "))
+	// Output: user request, report, batch, backup
+}
+
+func ExampleRateLimited() {
+	p := crew.New(4)
+	defer p.Stop()
+	// At most 100 starts per second, evenly spread, bursts of up to 5.
+	rl := crew.NewRateLimited(p, crew.Rate{Limit: 100, Per: time.Second, Burst: 5})
+	var n atomic.Int64
+	start := time.Now()
+	for range 10 {
+		rl.Go(func() { n.Add(1) })
+	}
+	rl.Wait()
+	// 5 at once, then one every 10ms.
+	fmt.Println(n.Load(), time.Since(start) >= 50*time.Millisecond)
+	// Output: 10 true
+}
