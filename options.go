@@ -92,7 +92,6 @@ func WithPanicHandler(h func(*PanicError)) Option {
 			panic(fmt.Errorf("%w: WithPanicHandler(nil)", ErrInvalid))
 		}
 		c.onPanic = h
-		c.crash = false
 		c.handlerSet = true
 	}
 }

@@ -48,8 +48,14 @@ func New(maxWorkers int, opts ...Option) *Pool {
 		panic(fmt.Errorf("%w: crew.New(%d): worker limit must be at least 1", ErrInvalid, maxWorkers))
 	}
 	c := defaultConfig()
-	for _, o := range opts {
+	for i, o := range opts {
+		if o == nil {
+			panic(fmt.Errorf("%w: crew.New: option %d is nil", ErrInvalid, i))
+		}
 		o(&c)
+	}
+	if c.crash && c.handlerSet {
+		panic(fmt.Errorf("%w: WithCrashOnPanic and WithPanicHandler contradict each other", ErrInvalid))
 	}
 	if c.minWorkers > maxWorkers {
 		panic(fmt.Errorf("%w: WithMinWorkers(%d) exceeds the worker limit %d", ErrInvalid, c.minWorkers, maxWorkers))
@@ -108,8 +114,11 @@ func (p *Pool) SubmitCtx(ctx context.Context, task func()) error {
 	switch {
 	case task == nil:
 		return ErrNilTask
-	case p.e == nil:
+	case p.unusable():
 		return errZeroPool
+	}
+	if ctx == nil {
+		return fmt.Errorf("%w: SubmitCtx with a nil context", ErrInvalid)
 	}
 	if err := ctx.Err(); err != nil {
 		return err
@@ -135,13 +144,17 @@ func (p *Pool) Submit(task func(ctx context.Context) error) *Task {
 	switch {
 	case task == nil:
 		t.finish(ErrNilTask)
-	case p.e == nil:
+	case p.unusable():
 		t.finish(errZeroPool)
 	default:
 		p.list(t)
 		if err := p.pushTask(t); err != nil {
 			p.unlist(t)
 			t.finish(err)
+		} else if !t.pushed.CompareAndSwap(pushing, accepted) {
+			// Shutdown's dropListed passed this task over while we were
+			// pushing it: it was accepted, then dropped unstarted.
+			t.finish(ErrDropped)
 		}
 	}
 	return t
@@ -160,7 +173,7 @@ func (p *Pool) pushTask(t *Task) error {
 // folds WithNonBlocking and observability into one flag.
 func (p *Pool) push(task func()) error {
 	switch {
-	case p.e == nil:
+	case p.unusable():
 		return errZeroPool
 	case p.slow:
 		return p.pushSlow(task)
@@ -188,7 +201,7 @@ func (p *Pool) pushPlain(task func()) error {
 // when Shutdown's deadline passes, when Stop or Shutdown returns, and when
 // the parent given WithContext is cancelled.
 func (p *Pool) Context() context.Context {
-	if p.e == nil {
+	if p.unusable() {
 		return context.Background()
 	}
 	return p.ctx
@@ -211,7 +224,7 @@ func (p *Pool) Wait() {
 // goroutines; each call returns once the pool has stopped. A task must not
 // call Stop on its own pool: it would wait for itself.
 func (p *Pool) Stop() {
-	if p.e == nil {
+	if p.unusable() {
 		return
 	}
 	var began int64
@@ -235,7 +248,7 @@ func (p *Pool) Stop() {
 // queued task ran. No worker goroutine outlives it, so a running task that
 // ignores its context delays it.
 func (p *Pool) Shutdown(ctx context.Context) error {
-	if p.e == nil {
+	if p.unusable() {
 		return errZeroPool
 	}
 	var began int64
@@ -269,7 +282,7 @@ func (p *Pool) Shutdown(ctx context.Context) error {
 // its size. Resize returns an error wrapping ErrInvalid if n < 1.
 func (p *Pool) Resize(n int) error {
 	switch {
-	case p.e == nil:
+	case p.unusable():
 		return errZeroPool
 	case n < 1:
 		return fmt.Errorf("%w: Resize(%d): worker limit must be at least 1", ErrInvalid, n)
@@ -279,6 +292,9 @@ func (p *Pool) Resize(n int) error {
 }
 
 func run(task func()) { task() }
+
+// unusable reports a nil Pool or one not made by New.
+func (p *Pool) unusable() bool { return p == nil || p.e == nil }
 
 // recovered receives panics from Go, TrySubmit and SubmitCtx tasks; Submit
 // tasks recover their own.

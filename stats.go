@@ -20,7 +20,7 @@ type Stats struct {
 // Stats returns a snapshot of the pool's counters. It takes no lock that
 // tasks wait for; its cost grows with GOMAXPROCS, not with the pool's size.
 func (p *Pool) Stats() Stats {
-	if p.e == nil {
+	if p.unusable() {
 		return Stats{}
 	}
 	s := p.e.Stats()

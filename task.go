@@ -2,15 +2,19 @@ package crew
 
 import (
 	"context"
+	"fmt"
 	"runtime/debug"
+	"sync/atomic"
 )
 
 // A Task is the handle of a function submitted with Pool.Submit.
 type Task struct {
-	p    *Pool
-	fn   func(context.Context) error
-	done chan struct{}
-	err  error // set before done is closed
+	p        *Pool
+	fn       func(context.Context) error
+	done     chan struct{}
+	err      error        // set before done is closed
+	finished atomic.Bool  // the first finish wins
+	pushed   atomic.Int32 // pushing, accepted or passed: settles Submit racing Shutdown
 
 	prev, next *Task // in p.queued until the task starts, guarded by p.mu
 	listed     bool
@@ -20,15 +24,30 @@ type Task struct {
 // function's own, a *PanicError if it panicked, ErrGoexit, or the error that
 // kept it from running (ErrStopped, ErrQueueFull, ErrDropped, ErrNilTask).
 func (t *Task) Wait() error {
+	if t == nil || t.done == nil {
+		return errZeroTask
+	}
 	<-t.done
 	return t.err
 }
 
 // Done returns a channel that is closed when the task has finished, for use
 // in a select; Wait then returns at once.
-func (t *Task) Done() <-chan struct{} { return t.done }
+// A Task not returned by Submit reports an error from Wait, and its Done
+// channel is closed.
+func (t *Task) Done() <-chan struct{} {
+	if t == nil || t.done == nil {
+		return closedChan
+	}
+	return t.done
+}
+
+var errZeroTask = fmt.Errorf("%w: Task must come from Pool.Submit", ErrInvalid)
 
 func (t *Task) finish(err error) {
+	if !t.finished.CompareAndSwap(false, true) {
+		return // completed already, as dropped by a racing Shutdown
+	}
 	t.err = err
 	t.fn = nil
 	close(t.done)
@@ -97,15 +116,33 @@ func (p *Pool) unlist(t *Task) {
 
 // dropListed completes every Submit task still queued with ErrDropped. Call
 // it only when no worker can start them any more.
+//
+// A listed task whose Submit is still pushing it is passed over: if the
+// push fails (the pool is closed) Submit reports that error; if it had
+// succeeded, Submit sees the mark and reports ErrDropped. So each Task
+// reports what happened to it, and ErrDropped tasks are exactly the ones
+// Shutdown counted.
 func (p *Pool) dropListed() {
+	var dropped []*Task
 	p.mu.Lock()
-	head := p.queued.head
-	p.queued.head = nil
-	p.mu.Unlock()
-	for t := head; t != nil; {
+	for t := p.queued.head; t != nil; {
 		next := t.next
 		t.prev, t.next, t.listed = nil, nil, false
-		t.finish(ErrDropped)
+		if !t.pushed.CompareAndSwap(pushing, passed) {
+			dropped = append(dropped, t)
+		}
 		t = next
 	}
+	p.queued.head = nil
+	p.mu.Unlock()
+	for _, t := range dropped {
+		t.finish(ErrDropped)
+	}
 }
+
+// States of Task.pushed.
+const (
+	pushing  = iota // Submit has listed the task and is pushing it
+	accepted        // the push succeeded
+	passed          // dropListed found it still pushing
+)

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"math"
 	"math/rand/v2"
 	"runtime"
 	"sync"
@@ -113,7 +114,12 @@ type shard[T any] struct {
 	_              [64]byte
 }
 
-func (s *shard[T]) len() uint64 { return s.pushed.Load() - s.popped.Load() }
+// len reports the tasks in the shard. popped is read first: both counts
+// only grow and popped never passes pushed, so the result cannot wrap.
+func (s *shard[T]) len() uint64 {
+	popped := s.popped.Load()
+	return s.pushed.Load() - popped
+}
 
 // New returns a started engine. It spawns MinWorkers workers at once.
 // The caller validates cfg; New panics on values that make no sense.
@@ -142,11 +148,19 @@ func New[T any](cfg Config[T]) *Engine[T] {
 	e.maxSpinning = runtime.GOMAXPROCS(0)
 	e.maxWorkers.Store(int64(cfg.MaxWorkers))
 	e.minWorkers.Store(int64(cfg.MinWorkers))
-	e.capacity.Store(int64(cfg.MaxWorkers) + e.queue)
+	e.capacity.Store(capacity(int64(cfg.MaxWorkers), e.queue))
 	for range cfg.MinWorkers {
 		e.spawn()
 	}
 	return e
+}
+
+// capacity returns workers+queue, saturating instead of overflowing.
+func capacity(workers, queue int64) int64 {
+	if workers > math.MaxInt64-queue {
+		return math.MaxInt64
+	}
+	return workers + queue
 }
 
 // Push queues t, waiting for room when the engine is bounded and full.
@@ -290,17 +304,25 @@ func (e *Engine[T]) unfinished() int64 {
 }
 
 // pop takes the task at the head of the first non-empty shard, starting at
-// shard i. A busy shard is skipped for now; the caller searches again.
+// shard i. A busy shard is skipped unless wait is set: a searcher looks
+// again anyway, but a worker's last look before it parks must not miss a
+// shard whose lock is held by someone who will not wake anybody (Close, or
+// a worker about to retire).
 //
 // Workers take one task at a time. Taking several per lock would save lock
 // traffic, but a worker blocked in one task would hide the rest from the
 // other workers, and a task that waits for one of them would deadlock the
 // pool below its limit.
-func (e *Engine[T]) pop(i uint32) (t T, ok bool) {
+func (e *Engine[T]) pop(i uint32, wait bool) (t T, ok bool) {
 	for range e.shards {
 		s := &e.shards[i&e.mask]
 		i++
-		if s.len() == 0 || !s.mu.TryLock() {
+		if s.len() == 0 {
+			continue
+		}
+		if wait {
+			s.mu.Lock()
+		} else if !s.mu.TryLock() {
 			continue
 		}
 		t, ok = s.q.pop()
@@ -405,7 +427,7 @@ func (e *Engine[T]) Resize(n int) {
 		e.minWorkers.CompareAndSwap(m, int64(n))
 	}
 	if e.bounded {
-		e.capacity.Store(int64(n) + e.queue)
+		e.capacity.Store(capacity(int64(n), e.queue))
 		e.spaceSig.broadcast()
 	}
 	for i := old; i < int64(n) && e.queued() > 0; i++ {

@@ -199,7 +199,7 @@ func (w *worker[T]) next(searching bool) (t T, ok bool) {
 			w.flush(true) // shrunk by Resize
 			return t, false
 		}
-		if t, ok = e.pop(w.home); ok {
+		if t, ok = e.pop(w.home, false); ok {
 			return t, true
 		}
 		w.flush(true)
@@ -214,7 +214,7 @@ func (w *worker[T]) next(searching bool) (t T, ok bool) {
 			spins = 1
 		}
 		for range spins {
-			if t, ok = e.pop(w.home); ok {
+			if t, ok = e.pop(w.home, false); ok {
 				w.foundWork()
 				return t, true
 			}
@@ -230,7 +230,14 @@ func (w *worker[T]) next(searching bool) (t T, ok bool) {
 		case retire:
 			return t, false
 		}
-		// woken: a waker counted us as a searcher again.
+		// Woken: a waker counted us as a searcher again. If Resize shrank
+		// the pool below the live workers, retire instead and pass the
+		// wake on, so the task the waker pushed still finds a worker.
+		if e.workers.Load() > e.maxWorkers.Load() && e.release(e.maxWorkers.Load()) {
+			e.searching.Add(-1)
+			e.wake()
+			return t, false
+		}
 	}
 }
 
@@ -267,7 +274,7 @@ func (w *worker[T]) park() (t T, r parkResult) {
 
 	// A producer may have pushed after our last scan, seen no searcher and,
 	// before we were listed, no idle worker either. Look once more.
-	if t, ok := e.pop(w.home); ok {
+	if t, ok := e.pop(w.home, true); ok {
 		e.idleMu.Lock()
 		listed := w.parked
 		if listed {
