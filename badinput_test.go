@@ -1,0 +1,223 @@
+package crew_test
+
+import (
+	"context"
+	"errors"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/gocrew/crew"
+	"github.com/gocrew/crew/internal/leak"
+)
+
+// Bad input: each mistake gets a clear error (or, in New, a panic with an
+// error wrapping ErrInvalid). TestBadInput, TestNewPanicsOnInvalidConfiguration
+// and TestZeroPoolReportsAnError in pool_test.go cover nil tasks, sizes below
+// 1, negative sizes, WithNonBlocking without a queue size, WithMinWorkers
+// above the limit and the zero Pool; these fill the gaps.
+
+// newPanic calls f and returns the error it panicked with (nil if it did
+// not panic, or panicked with something else than an error).
+func newPanic(f func()) (err error, panicked bool) {
+	defer func() {
+		if v := recover(); v != nil {
+			panicked = true
+			err, _ = v.(error)
+		}
+	}()
+	f()
+	return nil, false
+}
+
+func TestBadInputNegativeIdleTimeout(t *testing.T) {
+	err, _ := newPanic(func() { crew.New(2, crew.WithIdleTimeout(-time.Second)) })
+	if !errors.Is(err, crew.ErrInvalid) {
+		t.Fatalf("WithIdleTimeout(-1s): panic %v, want an error wrapping ErrInvalid", err)
+	}
+}
+
+// The largest sizes are valid and must work, not overflow. (MaxWorkers +
+// QueueSize overflowed until 015e8c0: every TrySubmit failed and Go waited
+// forever.)
+func TestBadInputHugeWorkerLimitWithBoundedQueue(t *testing.T) {
+	leak.Check(t)
+	p := crew.New(math.MaxInt, crew.WithQueueSize(1))
+	defer p.Stop()
+	if !p.TrySubmit(func() {}) {
+		t.Fatal("TrySubmit refused a task on an empty pool with a huge limit")
+	}
+	mustReturn(t, trapDeadline, "Go on an empty pool with a huge limit", func() {
+		if err := p.Go(func() {}); err != nil {
+			t.Error(err)
+		}
+	})
+}
+
+func TestBadInputResizeToHugeLimitWithBoundedQueue(t *testing.T) {
+	leak.Check(t)
+	p := crew.New(2, crew.WithQueueSize(4))
+	defer p.Stop()
+	if err := p.Resize(math.MaxInt); err != nil {
+		t.Fatal(err)
+	}
+	if !p.TrySubmit(func() {}) {
+		t.Fatal("TrySubmit refused a task after Resize(math.MaxInt)")
+	}
+}
+
+// Without a bounded queue the largest limit is fine today; keep it so.
+func TestBadInputHugeWorkerLimitUnbounded(t *testing.T) {
+	leak.Check(t)
+	p := crew.New(math.MaxInt)
+	done := make(chan struct{})
+	if err := p.Go(func() { close(done) }); err != nil {
+		t.Fatal(err)
+	}
+	mustReturn(t, trapDeadline, "a task on a pool with limit MaxInt", func() { <-done })
+	if err := p.Resize(math.MaxInt); err != nil {
+		t.Fatal(err)
+	}
+	mustReturn(t, trapDeadline, "Stop", p.Stop)
+}
+
+func TestBadInputNilOption(t *testing.T) {
+	err, panicked := newPanic(func() { crew.New(2, nil) })
+	if !panicked || !errors.Is(err, crew.ErrInvalid) {
+		t.Fatalf("New(2, nil): panic %v, want an error wrapping ErrInvalid", err)
+	}
+}
+
+// WithCrashOnPanic and WithPanicHandler ask for opposite things. (Until
+// 015e8c0 the last one given won without a word.)
+func TestBadInputCrashOnPanicWithPanicHandler(t *testing.T) {
+	leak.Check(t)
+	for name, opts := range map[string][]crew.Option{
+		"crash then handler": {crew.WithCrashOnPanic(), crew.WithPanicHandler(func(*crew.PanicError) {})},
+		"handler then crash": {crew.WithPanicHandler(func(*crew.PanicError) {}), crew.WithCrashOnPanic()},
+	} {
+		err, _ := newPanic(func() { crew.New(2, opts...).Stop() })
+		if !errors.Is(err, crew.ErrInvalid) {
+			t.Errorf("%s: panic %v, want an error wrapping ErrInvalid", name, err)
+		}
+	}
+}
+
+func TestBadInputSubmitCtxNilContext(t *testing.T) {
+	leak.Check(t)
+	p := crew.New(1)
+	defer p.Stop()
+	var err error
+	_, panicked := newPanic(func() {
+		err = p.SubmitCtx(nil, func() {}) //nolint:staticcheck // testing the check
+	})
+	if panicked || !errors.Is(err, crew.ErrInvalid) {
+		t.Fatalf("SubmitCtx(nil): err %v, panicked %v; want an error wrapping ErrInvalid", err, panicked)
+	}
+}
+
+// Shutdown(nil) has no deadline: it behaves as Stop. It must neither panic
+// nor hang.
+func TestBadInputShutdownNilContext(t *testing.T) {
+	leak.Check(t)
+	p := crew.New(2)
+	ran := 0
+	done := make(chan struct{})
+	p.Go(func() { <-done; ran++ })
+	close(done)
+	var err error
+	mustReturn(t, trapDeadline, "Shutdown(nil)", func() {
+		err = p.Shutdown(nil) //nolint:staticcheck // testing the check
+	})
+	if err != nil || ran != 1 {
+		t.Fatalf("Shutdown(nil) = %v, %d tasks ran; want nil and 1", err, ran)
+	}
+}
+
+// A nil *Pool (a struct field never set) reports ErrInvalid like the zero
+// Pool does. (It panicked with a nil dereference until 015e8c0, as did a nil
+// Option and SubmitCtx with a nil context.)
+func TestBadInputNilPool(t *testing.T) {
+	var p *crew.Pool
+	if err, panicked := newPanic(func() {
+		if err := p.Go(func() {}); !errors.Is(err, crew.ErrInvalid) {
+			t.Errorf("nil Pool: Go = %v", err)
+		}
+	}); panicked {
+		t.Fatalf("nil Pool: Go panicked: %v", err)
+	}
+}
+
+// Wait on the zero Task (not made by Submit) returns. (It blocked forever on
+// a nil channel until 015e8c0.)
+func TestBadInputZeroTask(t *testing.T) {
+	var task crew.Task
+	if !returnsWithin(time.Second, func() { task.Wait() }) {
+		t.Fatal("Wait on a zero Task blocked (the goroutine is stuck for good)")
+	}
+}
+
+// After Stop, Resize must not start workers (they would leak); submissions
+// are refused and Wait returns at once.
+func TestBadInputUseAfterStop(t *testing.T) {
+	leak.Check(t)
+	p := crew.New(2, crew.WithMinWorkers(2), crew.WithQueueSize(2))
+	p.Stop()
+	if err := p.Resize(8); err != nil {
+		t.Fatalf("Resize after Stop = %v", err)
+	}
+	if s := p.Stats(); s.Workers != 0 {
+		t.Fatalf("Resize after Stop started %d workers", s.Workers)
+	}
+	if p.TrySubmit(func() {}) {
+		t.Fatal("TrySubmit after Stop")
+	}
+	if err := p.Submit(func(context.Context) error { return nil }).Wait(); err != crew.ErrStopped {
+		t.Fatalf("Submit after Stop = %v", err)
+	}
+	mustReturn(t, trapDeadline, "Wait after Stop", p.Wait)
+	mustReturn(t, trapDeadline, "Stop again", p.Stop)
+	if err := p.Shutdown(context.Background()); err != nil {
+		t.Fatalf("Shutdown after Stop = %v", err)
+	}
+}
+
+// A Task's Wait can be called any number of times, from any goroutine.
+func TestBadInputTaskWaitTwice(t *testing.T) {
+	leak.Check(t)
+	p := crew.New(1)
+	defer p.Stop()
+	boom := errors.New("boom")
+	task := p.Submit(func(context.Context) error { return boom })
+	errs := make(chan error, 8)
+	for range 8 {
+		go func() { errs <- task.Wait() }()
+	}
+	for range 8 {
+		if err := <-errs; err != boom {
+			t.Fatalf("Wait = %v", err)
+		}
+	}
+}
+
+// The extreme valid configurations work: a queue of 0 with a single worker,
+// a minimum equal to the limit, the shortest idle timeout.
+func TestBadInputEdgeConfigurations(t *testing.T) {
+	leak.Check(t)
+	p := crew.New(3, crew.WithQueueSize(0), crew.WithMinWorkers(3), crew.WithIdleTimeout(time.Nanosecond))
+	if s := p.Stats(); s.Workers != 3 {
+		t.Fatalf("%d workers, want the minimum 3", s.Workers)
+	}
+	n := 0
+	done := make(chan struct{})
+	for range 100 {
+		if err := p.Go(func() { n++; done <- struct{}{} }); err != nil {
+			t.Fatal(err)
+		}
+		<-done
+	}
+	mustReturn(t, trapDeadline, "Stop", p.Stop)
+	if n != 100 {
+		t.Fatalf("%d of 100 tasks ran", n)
+	}
+}

@@ -1,0 +1,697 @@
+package crew_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gocrew/crew"
+	"github.com/gocrew/crew/internal/leak"
+)
+
+// FuzzPool is a model-based test of Pool. The input is a program: a pool
+// configuration and a list of operations (Go, Submit, TrySubmit, SubmitCtx,
+// Resize, Wait, Stats, Stop, Shutdown, Task.Wait) split over up to four
+// goroutines that run them at the same time. Tasks are tiny, yield, sleep,
+// panic, call runtime.Goexit, return an error, wait on their context or
+// submit a child. Nothing in a program can block forever.
+//
+// The model checks, while the program runs and after the pool has stopped:
+//
+//   - every accepted task runs exactly once or is counted as dropped, and a
+//     refused task never runs;
+//   - the number of tasks running never exceeds the highest worker limit set
+//     so far (exactly the limit when the program never resizes);
+//   - each call returns an error it is documented to return, and only in the
+//     state where it may (ErrStopped only after Stop or Shutdown began,
+//     ErrQueueFull only on a bounded queue, a false TrySubmit only on a
+//     bounded or stopped pool);
+//   - Wait returns, and when it does every task the caller had submitted
+//     before it has finished (unless a Shutdown may have dropped it);
+//   - Stop and Shutdown return with no worker left;
+//   - the counters add up: Submitted = accepted = Completed + Dropped,
+//     Completed = tasks that ran, Panicked and Failed match the tasks, the
+//     Dropped of a ShutdownError matches Stats, nothing is Running, Queued
+//     or Idle after Stop;
+//   - no goroutine survives (leak.Check).
+//
+// The seed corpus is in testdata/fuzz/FuzzPool; `go test` runs it. To
+// search for new failures: go test -run '^$' -fuzz FuzzPool -fuzztime 20s .
+// Set CREW_FUZZ_STRICT=1 to also require Stats().Running <= the limit.
+func FuzzPool(f *testing.F) {
+	f.Add([]byte("\x03\x00\x00\x00\x00\x27\x10\x27\x07\x00\x09\x80"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		leak.Check(t)
+		prog := decodeFuzzProgram(data)
+		m := runFuzzProgram(t, prog)
+		if testing.Verbose() {
+			t.Logf("%s: ops=%d accepted=%d ran=%d dropped=%d", prog, m.ops.Load(), m.acceptedN, m.ranN, m.droppedN)
+		}
+		if path := os.Getenv("CREW_FUZZ_COUNT_FILE"); path != "" {
+			appendFuzzCount(path, m.ops.Load(), m.acceptedN)
+		}
+	})
+}
+
+// Task kinds.
+const (
+	fkNoop = iota
+	fkYield
+	fkSleep
+	fkPanic
+	fkGoexit
+	fkError
+	fkCtx
+	fkNested
+	fkKinds
+)
+
+var fuzzKindNames = [fkKinds]string{"noop", "yield", "sleep", "panic", "goexit", "error", "ctx", "nested"}
+
+// Operation codes (the low 4 bits of an operation's first byte).
+const (
+	foGo = iota
+	foGo2
+	foSubmit
+	foTrySubmit
+	foSubmitCtx
+	foResize
+	foWait
+	foStats
+	foStopOrStats     // Stop if the argument's top bit is set, else Stats
+	foShutdownOrWait  // Shutdown if the argument's top bit is set, else Wait
+	foTaskWait        // Wait on the actor's last Submit task
+	foNested          // Go of tasks that submit a child
+	foYield           // let the other actors run
+	foSubmit2         // Submit
+	foTrySubmit2      // TrySubmit
+	foSubmitCtxCancel // SubmitCtx with a context that ends soon
+)
+
+var (
+	errFuzzTask   = errors.New("fuzz: task error")
+	errFuzzPanic  = errors.New("fuzz: task panic")
+	fuzzIdleTimes = [4]time.Duration{time.Millisecond, 10 * time.Millisecond, crew.DefaultIdleTimeout, crew.DefaultIdleTimeout}
+)
+
+type fuzzOp struct{ code, arg byte }
+
+type fuzzProgram struct {
+	max         int
+	queue       int // < 0: unbounded
+	nonBlocking bool
+	min         int
+	idle        time.Duration
+	final       byte // 0: Stop, 1: Shutdown(expired), 2: Shutdown(1ms), 3: Shutdown(none)
+	actors      [][]fuzzOp
+}
+
+func (p fuzzProgram) String() string {
+	n := 0
+	for _, a := range p.actors {
+		n += len(a)
+	}
+	return fmt.Sprintf("max=%d queue=%d nonblocking=%v min=%d idle=%v actors=%d ops=%d final=%d",
+		p.max, p.queue, p.nonBlocking, p.min, p.idle, len(p.actors), n, p.final)
+}
+
+const fuzzMaxOps = 64
+
+// decodeFuzzProgram turns any byte string into a valid program: 4 header
+// bytes, then two bytes per operation (actor<<4 | code, argument). Missing
+// bytes read as zero.
+func decodeFuzzProgram(data []byte) fuzzProgram {
+	at := func(i int) byte {
+		if i < len(data) {
+			return data[i]
+		}
+		return 0
+	}
+	h0, h1, h2, h3 := at(0), at(1), at(2), at(3)
+	p := fuzzProgram{max: 1 + int(h0%8), queue: -1}
+	switch h1 % 4 {
+	case 1:
+		p.queue = int(h1>>2) % 9
+	case 2:
+		p.queue = int(h1>>2) % 9
+		p.nonBlocking = true
+	}
+	if h2&0x80 != 0 {
+		p.min = int(h2) % (p.max + 1)
+	}
+	p.idle = fuzzIdleTimes[(h2>>4)&3]
+	p.final = (h3 >> 2) & 3
+	p.actors = make([][]fuzzOp, 1+int(h3%4))
+	for i := 4; i+1 < len(data) && i < 4+2*fuzzMaxOps; i += 2 {
+		a := int(data[i]>>4) % len(p.actors)
+		p.actors[a] = append(p.actors[a], fuzzOp{code: data[i] & 15, arg: data[i+1]})
+	}
+	return p
+}
+
+type fuzzTask struct {
+	kind     int
+	submit   bool       // made by Submit: task is its handle
+	task     *crew.Task // Submit only
+	accepted bool       // non-Submit only: the call accepted it
+	refused  bool       // non-Submit only
+	runs     atomic.Int32
+	finished atomic.Bool
+}
+
+type fuzzModel struct {
+	t    *testing.T
+	prog fuzzProgram
+	p    *crew.Pool
+
+	limitHigh atomic.Int64 // highest limit set or being set
+	resized   atomic.Bool
+	running   atomic.Int64
+	peak      atomic.Int64
+	stopBegun atomic.Bool // Stop or Shutdown was called
+	dropBegun atomic.Bool // Shutdown was called: tasks may be dropped
+	handled   atomic.Int64
+	ops       atomic.Int64
+
+	mu           sync.Mutex
+	tasks        []*fuzzTask
+	shutdownErrs []*crew.ShutdownError
+
+	hasSubmit bool // the program calls Submit
+
+	logMu sync.Mutex
+	ended bool // guarded by logMu: the test has ended
+
+	acceptedN, ranN, droppedN int // filled by check
+}
+
+// errorf reports a failure. Goroutines of a program that hung may still
+// run after the test has ended, when t must no longer be used.
+func (m *fuzzModel) errorf(format string, args ...any) {
+	m.logMu.Lock()
+	defer m.logMu.Unlock()
+	if !m.ended {
+		m.t.Errorf(format, args...)
+	}
+}
+
+func (m *fuzzModel) newTask(kind int, submit bool) *fuzzTask {
+	ft := &fuzzTask{kind: kind, submit: submit}
+	m.mu.Lock()
+	m.tasks = append(m.tasks, ft)
+	m.mu.Unlock()
+	return ft
+}
+
+// body is what every task runs.
+func (m *fuzzModel) body(ft *fuzzTask, ctx context.Context) error {
+	if n := ft.runs.Add(1); n != 1 {
+		m.errorf("a %s task ran %d times", fuzzKindNames[ft.kind], n)
+	}
+	r := m.running.Add(1)
+	raisePeak(&m.peak, r)
+	if lim := m.limitHigh.Load(); r > lim {
+		m.errorf("%d tasks running at once; the limit was never above %d", r, lim)
+	}
+	defer func() {
+		m.running.Add(-1)
+		ft.finished.Store(true)
+	}()
+	switch ft.kind {
+	case fkYield:
+		for range 3 {
+			runtime.Gosched()
+		}
+	case fkSleep:
+		time.Sleep(50 * time.Microsecond)
+	case fkPanic:
+		panic(errFuzzPanic)
+	case fkGoexit:
+		runtime.Goexit()
+	case fkError:
+		return errFuzzTask
+	case fkCtx:
+		timer := time.NewTimer(time.Millisecond)
+		defer timer.Stop()
+		select {
+		case <-ctx.Done():
+		case <-timer.C:
+		}
+	case fkNested:
+		// A child submitted from inside a task; TrySubmit never waits, so
+		// it cannot deadlock a bounded pool.
+		child := m.newTask(fkNoop, false)
+		pctx := m.p.Context()
+		m.settle(child, m.p.TrySubmit(func() { m.body(child, pctx) }), nil, "nested TrySubmit")
+	}
+	return nil
+}
+
+// settle records the outcome of a non-Submit submission and checks err.
+func (m *fuzzModel) settle(ft *fuzzTask, ok bool, err error, call string) {
+	if ok {
+		ft.accepted = true
+		return
+	}
+	ft.refused = true
+	switch {
+	case err == nil: // TrySubmit said false
+		if !m.stopBegun.Load() && m.prog.queue < 0 {
+			m.errorf("%s refused a task on an unbounded pool that was not stopped", call)
+		}
+	case err == crew.ErrStopped:
+		if !m.stopBegun.Load() {
+			m.errorf("%s = ErrStopped before Stop or Shutdown", call)
+		}
+	case err == crew.ErrQueueFull:
+		if m.prog.queue < 0 {
+			m.errorf("%s = ErrQueueFull on an unbounded pool", call)
+		}
+		if !m.prog.nonBlocking || call != "Go" {
+			// SubmitCtx waits for room even WithNonBlocking; TrySubmit
+			// reports false, not an error.
+			m.errorf("%s = ErrQueueFull (non-blocking pool: %v)", call, m.prog.nonBlocking)
+		}
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		if call != "SubmitCtx" {
+			m.errorf("%s = %v", call, err)
+		}
+	default:
+		m.errorf("%s = unexpected error %v", call, err)
+	}
+}
+
+func runFuzzProgram(t *testing.T, prog fuzzProgram) *fuzzModel {
+	m := &fuzzModel{t: t, prog: prog}
+	t.Cleanup(func() {
+		m.logMu.Lock()
+		m.ended = true
+		m.logMu.Unlock()
+	})
+	for _, ops := range prog.actors {
+		for _, op := range ops {
+			m.hasSubmit = m.hasSubmit || op.code == foSubmit || op.code == foSubmit2
+		}
+	}
+	m.limitHigh.Store(int64(prog.max))
+	opts := []crew.Option{
+		crew.WithIdleTimeout(prog.idle),
+		crew.WithMinWorkers(prog.min),
+		crew.WithPanicHandler(func(pe *crew.PanicError) {
+			if !errors.Is(pe, errFuzzPanic) || len(pe.Stack) == 0 {
+				m.errorf("panic handler got %v", pe.Value)
+			}
+			m.handled.Add(1)
+		}),
+	}
+	if prog.queue >= 0 {
+		opts = append(opts, crew.WithQueueSize(prog.queue))
+	}
+	if prog.nonBlocking {
+		opts = append(opts, crew.WithNonBlocking())
+	}
+	m.p = crew.New(prog.max, opts...)
+	if w := m.p.Stats().Workers; w != prog.min {
+		t.Errorf("New started %d workers, want the minimum %d", w, prog.min)
+	}
+
+	finished := mustReturn(t, 20*time.Second, "the program", func() {
+		var wg sync.WaitGroup
+		for _, ops := range prog.actors {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				m.actor(ops)
+			}()
+		}
+		wg.Wait()
+		m.finalStop()
+	})
+	if !finished {
+		t.Fatalf("%s: stats when it hung: %+v", prog, m.p.Stats()) // goroutines leak
+	}
+	m.check()
+	return m
+}
+
+// mustReturn fails the test with the pool's stats and a goroutine dump if
+// f does not return within d.
+func (m *fuzzModel) mustReturn(d time.Duration, what string, f func()) bool {
+	if returnsWithin(d, f) {
+		return true
+	}
+	m.errorf("%s: %s did not return within %v; stats %+v; goroutines:\n\n%s", m.prog, what, d, m.p.Stats(), goroutineDump())
+	return false
+}
+
+func (m *fuzzModel) actor(ops []fuzzOp) {
+	p := m.p
+	var mine []*fuzzTask // this actor's tasks, for Wait's check
+	var lastSubmit *fuzzTask
+	for _, op := range ops {
+		m.ops.Add(1)
+		kind := int(op.arg & 7)
+		count := 1 + int(op.arg>>3)&7
+		switch op.code {
+		case foGo, foGo2, foNested:
+			if op.code == foNested {
+				kind = fkNested
+			}
+			for range count {
+				ft := m.newTask(kind, false)
+				pctx := p.Context()
+				err := p.Go(func() { m.body(ft, pctx) })
+				m.settle(ft, err == nil, err, "Go")
+				mine = append(mine, ft)
+			}
+		case foSubmit, foSubmit2:
+			for range count {
+				ft := m.newTask(kind, true)
+				stopped := m.stopBegun.Load()
+				ft.task = p.Submit(func(ctx context.Context) error { return m.body(ft, ctx) })
+				select {
+				case <-ft.task.Done():
+					if err := ft.task.Wait(); err == crew.ErrStopped && !stopped && !m.stopBegun.Load() {
+						m.errorf("Submit = ErrStopped before Stop or Shutdown")
+					}
+				default:
+				}
+				mine = append(mine, ft)
+				lastSubmit = ft
+			}
+		case foTrySubmit, foTrySubmit2:
+			for range count {
+				ft := m.newTask(kind, false)
+				pctx := p.Context()
+				ok := p.TrySubmit(func() { m.body(ft, pctx) })
+				m.settle(ft, ok, nil, "TrySubmit")
+				mine = append(mine, ft)
+			}
+		case foSubmitCtx, foSubmitCtxCancel:
+			var ctx context.Context
+			var cancel context.CancelFunc
+			switch mode := (op.arg >> 6) & 3; {
+			case op.code == foSubmitCtx && mode < 2:
+				ctx, cancel = context.WithCancel(context.Background())
+			case mode == 0:
+				ctx, cancel = context.WithCancel(context.Background())
+				cancel() // already cancelled
+			case mode == 1:
+				ctx, cancel = context.WithTimeout(context.Background(), 100*time.Microsecond)
+			default:
+				ctx, cancel = context.WithTimeout(context.Background(), 2*time.Millisecond)
+			}
+			for range 1 + int(op.arg>>3)&7 {
+				ft := m.newTask(kind, false)
+				pctx := p.Context()
+				pre := ctx.Err()
+				err := p.SubmitCtx(ctx, func() { m.body(ft, pctx) })
+				if pre != nil && err != pre {
+					m.errorf("SubmitCtx with a done context = %v, want %v", err, pre)
+				}
+				m.settle(ft, err == nil, err, "SubmitCtx")
+				mine = append(mine, ft)
+			}
+			cancel()
+		case foResize:
+			n := 1 + int(op.arg%8)
+			raisePeak(&m.limitHigh, int64(n))
+			m.resized.Store(true)
+			if err := p.Resize(n); err != nil {
+				m.errorf("Resize(%d) = %v", n, err)
+			}
+		case foWait, foShutdownOrWait:
+			if op.code == foShutdownOrWait && op.arg&0x80 != 0 {
+				if m.hasSubmit && !submitRacesShutdown() {
+					// Known bug (see submitRacesShutdown): Stop instead.
+					m.stopBegun.Store(true)
+					m.mustReturn(10*time.Second, "Stop", p.Stop)
+					continue
+				}
+				m.shutdown(op.arg)
+				continue
+			}
+			dropsPossible := m.dropBegun.Load()
+			if !m.mustReturn(10*time.Second, "Wait", p.Wait) {
+				return
+			}
+			if dropsPossible || m.dropBegun.Load() {
+				continue
+			}
+			for _, ft := range mine {
+				switch {
+				case ft.submit:
+					select {
+					case <-ft.task.Done():
+					default:
+						m.errorf("Wait returned before a %s Submit task submitted before it was done", fuzzKindNames[ft.kind])
+					}
+				case ft.accepted && !ft.finished.Load():
+					m.errorf("Wait returned before a %s task submitted before it had finished (runs=%d)", fuzzKindNames[ft.kind], ft.runs.Load())
+				}
+			}
+		case foStats, foStopOrStats:
+			if op.code == foStopOrStats && op.arg&0x80 != 0 {
+				m.stopBegun.Store(true)
+				if !m.mustReturn(10*time.Second, "Stop", p.Stop) {
+					return
+				}
+				if s := p.Stats(); s.Workers != 0 {
+					m.errorf("Stop returned with %d workers", s.Workers)
+				}
+				continue
+			}
+			m.checkLiveStats()
+		case foTaskWait:
+			if lastSubmit != nil {
+				if !m.mustReturn(10*time.Second, "Task.Wait", func() { lastSubmit.task.Wait() }) {
+					return
+				}
+			}
+		case foYield:
+			if op.arg&1 == 0 {
+				runtime.Gosched()
+			} else {
+				time.Sleep(100 * time.Microsecond)
+			}
+		}
+	}
+}
+
+var fuzzShutdownWaits = [5]time.Duration{-1, 50 * time.Microsecond, time.Millisecond, 20 * time.Millisecond, 0}
+
+// shutdown calls Shutdown with a deadline chosen by arg (0: already
+// expired; 0 in fuzzShutdownWaits: no deadline).
+func (m *fuzzModel) shutdown(arg byte) {
+	m.stopBegun.Store(true)
+	m.dropBegun.Store(true)
+	ctx := context.Background()
+	if d := fuzzShutdownWaits[int(arg)%len(fuzzShutdownWaits)]; d != 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, max(d, 0))
+		defer cancel()
+	}
+	var err error
+	if !m.mustReturn(10*time.Second, "Shutdown", func() { err = m.p.Shutdown(ctx) }) {
+		return
+	}
+	if s := m.p.Stats(); s.Workers != 0 {
+		m.errorf("Shutdown returned with %d workers", s.Workers)
+	}
+	if err == nil {
+		return
+	}
+	var se *crew.ShutdownError
+	switch {
+	case !errors.As(err, &se):
+		m.errorf("Shutdown = %v, want nil or a *ShutdownError", err)
+	case ctx.Err() == nil || !errors.Is(err, ctx.Err()):
+		m.errorf("Shutdown = %v with its context's error %v", err, ctx.Err())
+	default:
+		m.mu.Lock()
+		m.shutdownErrs = append(m.shutdownErrs, se)
+		m.mu.Unlock()
+	}
+}
+
+func (m *fuzzModel) finalStop() {
+	switch m.prog.final {
+	case 0:
+		m.stopBegun.Store(true)
+		m.p.Stop()
+	case 1:
+		m.shutdown(0)
+	case 2:
+		m.shutdown(2)
+	default:
+		m.shutdown(4)
+	}
+	if s := m.p.Stats(); s.Workers != 0 {
+		m.errorf("the pool has %d workers after it stopped", s.Workers)
+	}
+}
+
+// checkLiveStats checks what Stats must satisfy even while tasks run.
+func (m *fuzzModel) checkLiveStats() {
+	s := m.p.Stats()
+	lim := m.limitHigh.Load()
+	if s.Submitted < s.Completed+s.Dropped {
+		m.errorf("Stats: Submitted %d < Completed %d + Dropped %d", s.Submitted, s.Completed, s.Dropped)
+	}
+	if s.MaxWorkers < 1 || int64(s.MaxWorkers) > lim {
+		m.errorf("Stats: MaxWorkers %d, limits were 1..%d", s.MaxWorkers, lim)
+	}
+	if int64(s.Workers) > lim {
+		m.errorf("Stats: %d workers, the limit was never above %d", s.Workers, lim)
+	}
+	if s.Running < 0 || s.Queued < 0 || s.Idle < 0 {
+		m.errorf("Stats: negative count in %+v", s)
+	}
+	if os.Getenv("CREW_FUZZ_STRICT") == "1" && int64(s.Running) > lim {
+		m.errorf("Stats: Running %d, the limit was never above %d", s.Running, lim)
+	}
+}
+
+// check runs after the pool has stopped and every actor has returned.
+func (m *fuzzModel) check() {
+	t, p := m.t, m.p
+	var accepted, ran, droppedSubmit, panicked, goPanics, failed int
+	for _, ft := range m.tasks {
+		runs := int(ft.runs.Load())
+		isAccepted := ft.accepted
+		if ft.submit {
+			var err error
+			select {
+			case <-ft.task.Done():
+				err = ft.task.Wait()
+			default:
+				t.Errorf("a %s Submit task is not done after the pool stopped (runs=%d)", fuzzKindNames[ft.kind], runs)
+				continue
+			}
+			switch {
+			case err == crew.ErrStopped, err == crew.ErrQueueFull:
+				if runs != 0 {
+					t.Errorf("a Submit task refused with %v ran", err)
+				}
+				if err == crew.ErrQueueFull && !m.prog.nonBlocking {
+					t.Errorf("Submit = ErrQueueFull on a blocking pool")
+				}
+			case err == crew.ErrDropped:
+				isAccepted = true
+				droppedSubmit++
+				if runs != 0 {
+					t.Errorf("a %s Submit task both ran and was dropped", fuzzKindNames[ft.kind])
+				}
+				if !m.dropBegun.Load() {
+					t.Errorf("a Submit task was dropped without Shutdown")
+				}
+			default:
+				isAccepted = true
+				if runs != 1 {
+					t.Errorf("a %s Submit task completed with %v but ran %d times", fuzzKindNames[ft.kind], err, runs)
+				}
+				var want error
+				switch ft.kind {
+				case fkPanic:
+					var pe *crew.PanicError
+					if !errors.As(err, &pe) || !errors.Is(err, errFuzzPanic) {
+						t.Errorf("a panicking Submit task completed with %v", err)
+					}
+					failed++
+					want = err
+				case fkGoexit:
+					want = crew.ErrGoexit
+					failed++
+				case fkError:
+					want = errFuzzTask
+					failed++
+				}
+				if err != want {
+					t.Errorf("a %s Submit task completed with %v, want %v", fuzzKindNames[ft.kind], err, want)
+				}
+			}
+		} else if ft.refused && runs != 0 {
+			t.Errorf("a refused %s task ran", fuzzKindNames[ft.kind])
+		} else if !ft.accepted && !ft.refused {
+			t.Errorf("a task was neither accepted nor refused")
+		}
+		if !isAccepted {
+			continue
+		}
+		accepted++
+		if runs == 1 {
+			ran++
+			if !ft.finished.Load() {
+				t.Errorf("a %s task that ran did not finish", fuzzKindNames[ft.kind])
+			}
+			if ft.kind == fkPanic {
+				panicked++
+				if !ft.submit {
+					goPanics++
+				}
+			}
+		}
+	}
+	s := p.Stats()
+	m.acceptedN, m.ranN, m.droppedN = accepted, ran, int(s.Dropped)
+	if lost := accepted - ran - int(s.Dropped); lost != 0 {
+		t.Errorf("accepted %d tasks, %d ran and %d were dropped: %d lost (or run twice)", accepted, ran, s.Dropped, lost)
+	}
+	if droppedSubmit > int(s.Dropped) {
+		t.Errorf("%d Submit tasks report ErrDropped, Stats.Dropped = %d", droppedSubmit, s.Dropped)
+	}
+	if s.Dropped != 0 && !m.dropBegun.Load() {
+		t.Errorf("Stats.Dropped = %d without Shutdown", s.Dropped)
+	}
+	for _, se := range m.shutdownErrs {
+		// Once a Shutdown has waited for the queue to drain, the intake is
+		// closed and nothing more can be dropped: each reports the total.
+		if se.Dropped != int(s.Dropped) {
+			t.Errorf("a ShutdownError says %d dropped, Stats.Dropped = %d", se.Dropped, s.Dropped)
+		}
+	}
+	switch {
+	case s.Submitted != uint64(accepted):
+		t.Errorf("Stats.Submitted = %d, %d tasks were accepted", s.Submitted, accepted)
+	case s.Completed != uint64(ran):
+		t.Errorf("Stats.Completed = %d, %d tasks ran", s.Completed, ran)
+	case s.Submitted != s.Completed+s.Dropped:
+		t.Errorf("Stats: Submitted %d != Completed %d + Dropped %d", s.Submitted, s.Completed, s.Dropped)
+	case s.Panicked != uint64(panicked):
+		t.Errorf("Stats.Panicked = %d, %d tasks panicked", s.Panicked, panicked)
+	case s.Failed != uint64(failed):
+		t.Errorf("Stats.Failed = %d, %d Submit tasks failed", s.Failed, failed)
+	case m.handled.Load() != int64(goPanics):
+		t.Errorf("the panic handler got %d panics, %d Go tasks panicked", m.handled.Load(), goPanics)
+	case s.Workers != 0 || s.Idle != 0 || s.Running != 0 || s.Queued != 0:
+		t.Errorf("Stats after the pool stopped: %+v", s)
+	}
+	if p.Context().Err() == nil {
+		t.Errorf("the pool's context is not cancelled after it stopped")
+	}
+	if !m.resized.Load() && m.peak.Load() > int64(m.prog.max) {
+		t.Errorf("%d tasks ran at once with a limit of %d", m.peak.Load(), m.prog.max)
+	}
+}
+
+var fuzzCountMu sync.Mutex
+
+// appendFuzzCount appends one line "ops tasks" to path, so that the
+// operations of a fuzzing run (spread over several processes) can be
+// counted.
+func appendFuzzCount(path string, ops int64, tasks int) {
+	fuzzCountMu.Lock()
+	defer fuzzCountMu.Unlock()
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return
+	}
+	fmt.Fprintf(f, "%d %d\n", ops, tasks)
+	f.Close()
+}
