@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/gocrew/crew/internal/notify"
 )
 
 // This file holds what Keyed, Priority and RateLimited share. Each is a
@@ -149,7 +151,7 @@ type layer struct {
 
 	unfinished atomic.Int64
 	dropped    atomic.Uint64
-	idle       layerSignal
+	idle       notify.Cond
 
 	isLinked atomic.Bool // read by accept without linkMu
 	linkMu   sync.Mutex
@@ -189,7 +191,7 @@ func (l *layer) accept() {
 // done counts n tasks out, run or dropped, and wakes Wait when none is left.
 func (l *layer) done(n int64) {
 	if l.unfinished.Add(-n) == 0 {
-		l.idle.broadcast()
+		l.idle.Broadcast()
 	}
 }
 
@@ -231,7 +233,7 @@ func (l *layer) poolDone() {
 // wait blocks until the layer has no unfinished task, then undoes the link
 // to the pool's context if the layer is still idle.
 func (l *layer) wait() {
-	l.idle.wait(func() bool { return l.unfinished.Load() <= 0 })
+	l.idle.Wait(nil, func() bool { return l.unfinished.Load() <= 0 })
 	l.linkMu.Lock()
 	if l.isLinked.Load() {
 		// Clear the flag before looking at the count: an accept that
@@ -264,45 +266,6 @@ type LayerStats struct {
 	Waiting    int    // of those, tasks not yet handed to a worker
 	Keys       int    // Keyed only: keys that hold memory (busy, or refilling a per-key bucket)
 	Dropped    uint64 // tasks accepted and dropped because the pool stopped before they could start
-}
-
-// layerSignal lets goroutines wait for a condition that others make true. A
-// broadcast costs one atomic load when nobody waits.
-type layerSignal struct {
-	waiters atomic.Int32
-	mu      sync.Mutex
-	ch      chan struct{}
-}
-
-func (s *layerSignal) wait(cond func() bool) {
-	s.waiters.Add(1)
-	defer s.waiters.Add(-1)
-	for {
-		// Take the channel before testing cond: a broadcast that follows
-		// a change we missed closes this very channel.
-		s.mu.Lock()
-		if s.ch == nil {
-			s.ch = make(chan struct{})
-		}
-		ch := s.ch
-		s.mu.Unlock()
-		if cond() {
-			return
-		}
-		<-ch
-	}
-}
-
-func (s *layerSignal) broadcast() {
-	if s.waiters.Load() == 0 {
-		return
-	}
-	s.mu.Lock()
-	if s.ch != nil {
-		close(s.ch)
-		s.ch = nil
-	}
-	s.mu.Unlock()
 }
 
 // nanoClock returns the time since an epoch on the monotonic clock, in

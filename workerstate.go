@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/gocrew/crew/internal/engine"
+	"github.com/gocrew/crew/internal/notify"
 )
 
 var (
@@ -58,7 +59,7 @@ type WorkerPool[S, T any] struct {
 	// retire has closed its state; Stop and Shutdown wait for this count
 	// too, so that no state outlives them.
 	live    atomic.Int64
-	retired layerSignal
+	retired notify.Cond
 }
 
 // NewWorkerPool returns a pool that runs fn on each value given to Invoke,
@@ -73,7 +74,7 @@ func NewWorkerPool[S, T any](maxWorkers int, newState func(ctx context.Context) 
 	}
 	p := &WorkerPool[S, T]{newState: newState, closeState: closeState, fn: fn}
 	fc := p.c.configure("NewWorkerPool", maxWorkers, opts)
-	p.c.exited = func() { p.retired.wait(func() bool { return p.live.Load() == 0 }) }
+	p.c.exited = func() { p.retired.Wait(nil, func() bool { return p.live.Load() == 0 }) }
 	p.c.start(maxWorkers, fc, engine.Config[T]{
 		NewRunner: func() (func(T), func()) {
 			p.live.Add(1)
@@ -138,7 +139,7 @@ func (w *stateWorker[S, T]) retire() {
 	c := &p.c
 	defer func() {
 		if p.live.Add(-1) == 0 {
-			p.retired.broadcast()
+			p.retired.Broadcast()
 		}
 	}()
 	if !c.crash {

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/gocrew/crew/internal/notify"
 )
 
 // Errors returned by the engine. Package crew re-exports them.
@@ -97,9 +99,9 @@ type Engine[T any] struct {
 	dropped   atomic.Uint64
 	panicked  atomic.Uint64
 
-	idleSig  signal // unfinished count reached zero
-	spaceSig signal // bounded: room for a task, or closed
-	exitSig  signal // the last worker exited
+	idleSig  notify.Cond // unfinished count reached zero
+	spaceSig notify.Cond // bounded: room for a task, or closed
+	exitSig  notify.Cond // the last worker exited
 }
 
 // shard is one of the engine's queues. It is padded so that two shards never
@@ -178,7 +180,7 @@ func (e *Engine[T]) Push(ctx context.Context, t T) error {
 		if err != ErrFull {
 			return err
 		}
-		if err := e.spaceSig.wait(ctx, e.hasRoom); err != nil {
+		if err := e.spaceSig.Wait(ctx, e.hasRoom); err != nil {
 			return err
 		}
 	}
@@ -272,7 +274,7 @@ func (e *Engine[T]) wakeIfStale(depth uint64) {
 func (e *Engine[T]) refuse() error {
 	if e.bounded {
 		e.admitted.Add(-1)
-		e.spaceSig.broadcast()
+		e.spaceSig.Broadcast()
 	}
 	return ErrStopped
 }
@@ -283,10 +285,10 @@ func (e *Engine[T]) refuse() error {
 func (e *Engine[T]) finish(n int64, idle bool) {
 	if e.bounded {
 		e.admitted.Add(-n)
-		e.spaceSig.broadcast()
+		e.spaceSig.Broadcast()
 	}
 	if idle {
-		e.idleSig.broadcast()
+		e.idleSig.Broadcast()
 	}
 }
 
@@ -348,7 +350,7 @@ func (e *Engine[T]) queued() int64 {
 
 // Wait blocks until no task is queued or running, or ctx ends (nil: never).
 func (e *Engine[T]) Wait(ctx context.Context) error {
-	return e.idleSig.wait(ctx, func() bool { return e.unfinished() == 0 })
+	return e.idleSig.Wait(ctx, func() bool { return e.unfinished() == 0 })
 }
 
 // Close stops intake: every later push returns ErrStopped and producers
@@ -361,7 +363,7 @@ func (e *Engine[T]) Close() {
 		s.closed = true
 		s.mu.Unlock()
 	}
-	e.spaceSig.broadcast()
+	e.spaceSig.Broadcast()
 }
 
 // Closed reports whether Close was called.
@@ -416,7 +418,7 @@ func (e *Engine[T]) Exit() {
 		w.wake <- struct{}{}
 	}
 	e.idleMu.Unlock()
-	e.exitSig.wait(nil, func() bool { return e.workers.Load() == exitBit && e.alive.Load() == 0 })
+	e.exitSig.Wait(nil, func() bool { return e.workers.Load() == exitBit && e.alive.Load() == 0 })
 }
 
 // Resize changes the worker limit to n > 0. Extra workers retire after their
@@ -428,7 +430,7 @@ func (e *Engine[T]) Resize(n int) {
 	}
 	if e.bounded {
 		e.capacity.Store(capacity(int64(n), e.queue))
-		e.spaceSig.broadcast()
+		e.spaceSig.Broadcast()
 	}
 	for i := old; i < int64(n) && e.queued() > 0; i++ {
 		e.wake()

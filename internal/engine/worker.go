@@ -86,7 +86,7 @@ func (e *Engine[T]) release(keep int64) bool {
 		}
 		if e.workers.CompareAndSwap(v, v-1) {
 			if v-1 == exitBit {
-				e.exitSig.broadcast()
+				e.exitSig.Broadcast()
 			}
 			return true
 		}
@@ -102,7 +102,7 @@ func (w *worker[T]) flush(idle bool) {
 		w.done = 0
 	}
 	if idle {
-		w.e.idleSig.broadcast()
+		w.e.idleSig.Broadcast()
 	}
 }
 
@@ -118,7 +118,7 @@ func (w *worker[T]) main() {
 			done()
 		}
 		if e.alive.Add(-1) == 0 {
-			e.exitSig.broadcast()
+			e.exitSig.Broadcast()
 		}
 	}()
 	w.run = e.run

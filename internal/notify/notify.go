@@ -1,4 +1,6 @@
-package engine
+// Package notify lets goroutines wait, with an optional context, for a
+// condition that other goroutines make true.
+package notify
 
 import (
 	"context"
@@ -6,18 +8,19 @@ import (
 	"sync/atomic"
 )
 
-// A signal lets goroutines wait for a condition that other goroutines make
-// true, with an optional context. Notifiers call broadcast after changing the
+// A Cond lets goroutines wait for a condition that other goroutines make
+// true, with an optional context (which sync.Cond lacks). The zero Cond is
+// ready to use. Notifiers call broadcast after changing the
 // state the condition reads; broadcast costs one atomic load when nobody
 // waits, which keeps it off the hot path's books.
-type signal struct {
+type Cond struct {
 	waiters atomic.Int32
 	mu      sync.Mutex
 	ch      chan struct{} // closed by broadcast; nil until a waiter needs one
 }
 
-// wait blocks until cond reports true or ctx ends; a nil ctx never ends.
-func (s *signal) wait(ctx context.Context, cond func() bool) error {
+// Wait blocks until cond reports true or ctx ends; a nil ctx never ends.
+func (s *Cond) Wait(ctx context.Context, cond func() bool) error {
 	s.waiters.Add(1)
 	defer s.waiters.Add(-1)
 	for {
@@ -44,8 +47,9 @@ func (s *signal) wait(ctx context.Context, cond func() bool) error {
 	}
 }
 
-// broadcast wakes every current waiter so that it re-tests its condition.
-func (s *signal) broadcast() {
+// Broadcast wakes every current waiter so that it re-tests its condition.
+// Call it after changing the state the conditions read.
+func (s *Cond) Broadcast() {
 	if s.waiters.Load() == 0 {
 		return
 	}
