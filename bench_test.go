@@ -18,28 +18,34 @@ import (
 func BenchmarkGo(b *testing.B) {
 	for _, producers := range []int{1, 8, 100} {
 		b.Run(fmt.Sprintf("producers=%d", producers), func(b *testing.B) {
-			p := crew.New(runtime.GOMAXPROCS(0) * 4)
-			defer p.Stop()
-			var n atomic.Int64
-			task := func() { n.Add(1) }
-			b.ReportAllocs()
-			b.ResetTimer()
-			var wg sync.WaitGroup
-			for i := range producers {
-				k := b.N / producers
-				if i < b.N%producers {
-					k++
-				}
-				wg.Go(func() {
-					for range k {
-						p.Go(task)
-					}
-				})
-			}
-			wg.Wait()
-			p.Wait()
+			benchGo(b, producers)
 		})
 	}
+}
+
+// benchGo submits b.N tiny tasks from the given number of producers to a
+// warm pool of 4×GOMAXPROCS workers built with opts, and waits for them.
+func benchGo(b *testing.B, producers int, opts ...crew.Option) {
+	p := crew.New(runtime.GOMAXPROCS(0)*4, opts...)
+	defer p.Stop()
+	var n atomic.Int64
+	task := func() { n.Add(1) }
+	b.ReportAllocs()
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	for i := range producers {
+		k := b.N / producers
+		if i < b.N%producers {
+			k++
+		}
+		wg.Go(func() {
+			for range k {
+				p.Go(task)
+			}
+		})
+	}
+	wg.Wait()
+	p.Wait()
 }
 
 // BenchmarkQueuedTaskMemory reports the heap cost of a task waiting in the

@@ -2,8 +2,6 @@ package crew_test
 
 import (
 	"fmt"
-	"runtime"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -37,26 +35,7 @@ func BenchmarkObserve(b *testing.B) {
 	for _, c := range configs {
 		for _, producers := range []int{1, 8} {
 			b.Run(fmt.Sprintf("%s/producers=%d", c.name, producers), func(b *testing.B) {
-				p := crew.New(runtime.GOMAXPROCS(0)*4, c.opts...)
-				defer p.Stop()
-				var n atomic.Int64
-				task := func() { n.Add(1) }
-				b.ReportAllocs()
-				b.ResetTimer()
-				var wg sync.WaitGroup
-				for i := range producers {
-					k := b.N / producers
-					if i < b.N%producers {
-						k++
-					}
-					wg.Go(func() {
-						for range k {
-							p.Go(task)
-						}
-					})
-				}
-				wg.Wait()
-				p.Wait()
+				benchGo(b, producers, c.opts...)
 			})
 		}
 	}
