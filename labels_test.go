@@ -149,8 +149,9 @@ func TestNamedPoolsSplitTheCPUProfile(t *testing.T) {
 	}
 	resize := crew.New(2, crew.WithName("resize"))
 	hash := crew.New(2, crew.WithName("hash"))
-	// 3:1 work: 90 and 30 tasks of 3 ms of CPU each.
-	for i := range 120 {
+	// 3:1 work: 180 and 60 tasks of 3 ms of CPU each, about 0.7 s of CPU:
+	// enough samples at 100 Hz even when the host steals some.
+	for i := range 240 {
 		p := resize
 		if i%4 == 3 {
 			p = hash
@@ -164,11 +165,14 @@ func TestNamedPoolsSplitTheCPUProfile(t *testing.T) {
 	counts := cpuSamplesByLabel(t, prof.Bytes(), crew.ProfileLabel)
 	r, h := counts["resize"], counts["hash"]
 	t.Logf("CPU samples by %s: %v", crew.ProfileLabel, counts)
-	if r < 10 || h < 3 {
+	if r == 0 || h == 0 {
 		t.Fatalf("samples resize=%d hash=%d; want both pools in the profile", r, h)
 	}
-	// Profiling samples are noisy; the 3:1 split shows within wide bounds.
-	if share := float64(r) / float64(r+h); share < 0.55 || share > 0.92 {
+	// Profiling samples are noisy; the 3:1 split shows within wide bounds,
+	// judged only when there are enough samples to judge it by.
+	if r+h < 30 {
+		t.Logf("only %d labelled samples: split not judged", r+h)
+	} else if share := float64(r) / float64(r+h); share < 0.55 || share > 0.92 {
 		t.Errorf("resize has %.0f%% of the labelled samples, want about 75%%", 100*share)
 	}
 }
