@@ -16,6 +16,11 @@ var (
 	// WithNonBlocking.
 	ErrQueueFull = engine.ErrFull
 
+	// ErrInsideTask is wrapped by the errors of calls that cannot work from
+	// inside one of the pool's own tasks because they would wait for the
+	// calling task itself: Wait panics with it, Shutdown returns it.
+	ErrInsideTask = engine.ErrInWorker
+
 	// ErrNilTask is returned when the task function is nil.
 	ErrNilTask = errors.New("crew: nil task")
 

@@ -242,7 +242,7 @@ func (c *funcCore[T]) invokeCtx(ctx context.Context, v T) error {
 
 func (c *funcCore[T]) wait() {
 	if c != nil && c.e != nil {
-		c.e.Wait(nil)
+		waitEngine(c.e)
 	}
 }
 
@@ -250,38 +250,14 @@ func (c *funcCore[T]) stop() {
 	if c == nil || c.e == nil {
 		return
 	}
-	c.e.Close()
-	c.e.Wait(nil)
-	c.exit()
-	c.cancel()
-}
-
-func (c *funcCore[T]) exit() {
-	c.e.Exit()
-	if c.exited != nil {
-		c.exited()
-	}
+	stopEngine(c.e, c.cancel, c.exited)
 }
 
 func (c *funcCore[T]) shutdown(ctx context.Context) error {
 	if c == nil || c.e == nil {
 		return errZeroFuncPool
 	}
-	c.e.Close()
-	err := c.e.Wait(ctx)
-	if err != nil {
-		// Drop before cancelling: a worker freed by the cancellation must
-		// not start a value that is about to be dropped.
-		c.e.Drain()
-		c.cancel()
-		c.e.Wait(nil)
-	}
-	c.exit()
-	c.cancel()
-	if err != nil {
-		return &ShutdownError{Dropped: int(c.e.Stats().Dropped), Err: err}
-	}
-	return nil
+	return shutdownEngine(ctx, c.e, c.cancel, nil, c.exited)
 }
 
 func (c *funcCore[T]) resize(n int) error {

@@ -86,7 +86,10 @@ func New(maxWorkers int, opts ...Option) *Pool {
 // nanoseconds on two cores).
 //
 // If the pool's queue is bounded and full, Go waits for room, or returns
-// ErrQueueFull WithNonBlocking. It returns ErrStopped once Stop or Shutdown
+// ErrQueueFull WithNonBlocking. Called from inside one of the pool's own
+// tasks it waits too, since another worker may free room, unless every
+// worker is a task waiting like it: then no room can ever come, and Go
+// returns an error wrapping ErrQueueFull. It returns ErrStopped once Stop or Shutdown
 // has begun, and ErrNilTask for a nil task. A panic in task goes to the
 // pool's panic handler (see WithPanicHandler).
 func (p *Pool) Go(task func()) error {
@@ -210,19 +213,23 @@ func (p *Pool) Context() context.Context {
 // Wait blocks until no task is queued or running, without stopping the pool.
 // It returns at once when the pool is idle. Tasks submitted while Wait waits
 // also count, so under a steady stream of submissions it returns only at a
-// moment when the pool is idle. A task must not call Wait on its own pool:
-// it would wait for itself.
+// moment when the pool is idle. Wait panics with an error wrapping
+// ErrInsideTask when called from inside one of the pool's own tasks: it
+// would wait for itself forever.
 func (p *Pool) Wait() {
 	if p.e != nil {
-		p.e.Wait(nil)
+		waitEngine(p.e)
 	}
 }
 
 // Stop stops the pool: it refuses new work (ErrStopped), runs every task
 // already queued, and returns when they have finished and every worker
 // goroutine has exited. Stop is idempotent and safe to call from several
-// goroutines; each call returns once the pool has stopped. A task must not
-// call Stop on its own pool: it would wait for itself.
+// goroutines; each call returns once the pool has stopped.
+//
+// Called from inside one of the pool's own tasks, which could not finish
+// while Stop waited, Stop closes the pool and returns at once; the queued
+// tasks still run, and a Stop from outside the pool waits for them.
 func (p *Pool) Stop() {
 	if p.unusable() {
 		return
@@ -231,10 +238,7 @@ func (p *Pool) Stop() {
 	if p.obs != nil {
 		began = monotime()
 	}
-	p.e.Close()
-	p.e.Wait(nil)
-	p.e.Exit()
-	p.cancel()
+	stopEngine(p.e, p.cancel, nil)
 	if p.obs != nil {
 		p.obs.stopped(began, 0)
 	}
@@ -247,6 +251,9 @@ func (p *Pool) Stop() {
 // Submit tasks complete with ErrDropped. Shutdown returns nil when every
 // queued task ran. No worker goroutine outlives it, so a running task that
 // ignores its context delays it.
+//
+// Called from inside one of the pool's own tasks, Shutdown closes the pool
+// and returns an error wrapping ErrInsideTask at once, as Stop does.
 func (p *Pool) Shutdown(ctx context.Context) error {
 	if p.unusable() {
 		return errZeroPool
@@ -255,25 +262,11 @@ func (p *Pool) Shutdown(ctx context.Context) error {
 	if p.obs != nil {
 		began = monotime()
 	}
-	p.e.Close()
-	err := p.e.Wait(ctx)
-	if err != nil {
-		// Drain before cancelling: a worker freed by the cancellation must
-		// not start a task that is about to be dropped.
-		p.e.Drain()
-		p.cancel()
-		p.e.Wait(nil)
-		p.dropListed() // no worker is left to start them
-	}
-	p.e.Exit()
-	p.cancel()
+	err := shutdownEngine(ctx, p.e, p.cancel, p.dropListed, nil)
 	if p.obs != nil {
 		p.obs.stopped(began, int(p.e.Stats().Dropped))
 	}
-	if err != nil {
-		return &ShutdownError{Dropped: int(p.e.Stats().Dropped), Err: err}
-	}
-	return nil
+	return err
 }
 
 // Resize changes the worker limit to n. When n grows, workers start at once

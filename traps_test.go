@@ -118,27 +118,51 @@ func TestTrapTaskSubmitsToItsOwnFullPool(t *testing.T) {
 	})
 }
 
-// Go and Submit wait for room in a bounded queue; from inside a task of a
-// pool whose every worker is busy doing the same, the room never comes.
+// Go and Submit wait for room in a bounded queue. From inside a task, room
+// may come from the other workers, so they wait; but when every worker is
+// a task waiting for room in its own pool, none would ever come, and they
+// fail with ErrQueueFull instead.
 func TestTrapTaskGoBlocksOnItsOwnFullPool(t *testing.T) {
-	knownBug(t, "Go from inside a task waits forever for room in its own full pool")
 	leak.Check(t)
-	p := crew.New(1, crew.WithQueueSize(0))
-	got := make(chan error, 1)
-	p.Go(func() { got <- p.Go(func() {}) })
-	select {
-	case err := <-got:
-		// Fixed: Go must have failed fast with a clear error, or worked.
-		if err != nil && !errors.Is(err, crew.ErrQueueFull) {
-			t.Errorf("Go from inside a task on its full pool = %v, want nil or ErrQueueFull", err)
+	t.Run("every worker waiting: ErrQueueFull", func(t *testing.T) {
+		p := crew.New(1, crew.WithQueueSize(0))
+		defer p.Stop()
+		got := make(chan error, 1)
+		p.Go(func() { got <- p.Go(func() { t.Error("refused task ran") }) })
+		select {
+		case err := <-got:
+			if !errors.Is(err, crew.ErrQueueFull) {
+				t.Errorf("Go from inside a task on its own full pool = %v, want ErrQueueFull", err)
+			}
+		case <-time.After(trapDeadline):
+			p.Stop() // closes the intake: the blocked Go returns ErrStopped
+			t.Fatalf("Go from inside a task on its own full pool blocked for %v (it returned %v after Stop)", trapDeadline, <-got)
 		}
-		p.Stop()
-	case <-time.After(trapDeadline):
-		// Stop closes the intake, so the blocked Go returns ErrStopped
-		// and the pool can still be cleaned up.
-		p.Stop()
-		t.Fatalf("Go from inside a task on its own full pool blocked for %v (it returned %v after Stop)", trapDeadline, <-got)
-	}
+	})
+	t.Run("another worker frees room: the task is queued", func(t *testing.T) {
+		p := crew.New(2, crew.WithQueueSize(0))
+		defer p.Stop()
+		release := make(chan struct{})
+		p.Go(func() { <-release })
+		got, child, submitting := make(chan error, 1), make(chan struct{}), make(chan struct{})
+		p.Go(func() {
+			close(submitting)
+			got <- p.Submit(func(context.Context) error { close(child); return nil }).Wait()
+		})
+		// Both workers are busy and there is no queue: the inner Submit
+		// must wait, not fail, while the other worker may still free room.
+		<-submitting
+		close(release)
+		select {
+		case err := <-got:
+			if err != nil {
+				t.Fatalf("Submit from inside a task, once room came = %v", err)
+			}
+		case <-time.After(trapDeadline):
+			t.Fatal("Submit from inside a task did not get the room another worker freed")
+		}
+		<-child
+	})
 }
 
 // insideTask runs f inside a task of p, Go or Submit, and reports whether
@@ -161,80 +185,100 @@ func insideTask(t *testing.T, p *crew.Pool, panics <-chan *crew.PanicError, f fu
 	}
 }
 
-// A task that calls Wait on its own pool. Fixed means: Wait returns once
-// every other task is done (not counting the caller), or panics with a
-// clear message; it must not wait for itself.
+// A task that calls Wait on its own pool would wait for itself: Wait
+// panics with ErrInsideTask instead, and the pool goes on.
 func TestTrapWaitInsideTask(t *testing.T) {
-	knownBug(t, "Pool.Wait called from inside one of the pool's tasks waits for itself forever")
 	leak.Check(t)
 	panics := make(chan *crew.PanicError, 4)
 	p := crew.New(2, crew.WithPanicHandler(func(pe *crew.PanicError) { panics <- pe }))
-	var other atomic.Bool
-	p.Go(func() { time.Sleep(time.Millisecond); other.Store(true) })
 	ended, pe := insideTask(t, p, panics, func() {
 		p.Wait()
-		if !other.Load() {
-			t.Error("Wait inside a task returned before the other task finished")
-		}
+		t.Error("Wait inside a task returned")
 	})
 	if !ended {
 		t.Fatalf("Wait called from inside a task did not return within %v; goroutines:\n\n%s", trapDeadline, goroutineDump())
 	}
-	if pe != nil && !strings.Contains(pe.Error(), "Wait") {
-		t.Errorf("Wait inside a task panicked without saying why: %v", pe.Value)
+	if pe == nil {
+		// The task has ended; its panic reaches the handler just after.
+		select {
+		case pe = <-panics:
+		case <-time.After(trapDeadline):
+			t.Fatal("Wait inside a task neither blocked nor panicked")
+		}
+	}
+	if !errors.Is(pe, crew.ErrInsideTask) || !strings.Contains(pe.Error(), "Wait") {
+		t.Errorf("Wait inside a task panicked with %v, want an ErrInsideTask naming Wait", pe.Value)
+	}
+	// The pool still works, and Wait from outside still waits.
+	var ran atomic.Bool
+	p.Go(func() { ran.Store(true) })
+	mustReturn(t, trapDeadline, "Wait from outside", p.Wait)
+	if !ran.Load() {
+		t.Error("Wait from outside returned before the task ran")
 	}
 	mustReturn(t, trapDeadline, "Stop", p.Stop)
 }
 
-// A task that calls Stop on its own pool. Fixed means: the pool stops
-// (new work is refused, queued work runs) and the caller's Stop returns,
-// or panics with a clear message; an outside Stop then returns too.
+// A task that calls Stop on its own pool: the pool stops taking work, Stop
+// returns without waiting for its caller, the queued tasks still run, and
+// a Stop from outside waits for them.
 func TestTrapStopInsideTask(t *testing.T) {
-	knownBug(t, "Pool.Stop called from inside one of the pool's tasks waits for itself forever")
 	leak.Check(t)
 	panics := make(chan *crew.PanicError, 4)
 	p := crew.New(2, crew.WithPanicHandler(func(pe *crew.PanicError) { panics <- pe }))
 	var queuedRan atomic.Int64
-	ended, pe := insideTask(t, p, panics, func() {
+	var after error
+	ended, _ := insideTask(t, p, panics, func() {
 		for range 10 {
 			p.Go(func() { queuedRan.Add(1) })
 		}
 		p.Stop()
+		after = p.Go(func() { t.Error("a task submitted after Stop ran") })
 	})
 	if !ended {
 		t.Fatalf("Stop called from inside a task did not return within %v; goroutines:\n\n%s", trapDeadline, goroutineDump())
 	}
-	if pe != nil && !strings.Contains(pe.Error(), "Stop") {
-		t.Errorf("Stop inside a task panicked without saying why: %v", pe.Value)
+	if after != crew.ErrStopped {
+		t.Errorf("Go after Stop inside a task = %v, want ErrStopped", after)
 	}
 	mustReturn(t, trapDeadline, "Stop from outside", p.Stop)
-	if err := p.Go(func() {}); err != crew.ErrStopped {
-		t.Errorf("Go after Stop = %v", err)
+	if n := queuedRan.Load(); n != 10 {
+		t.Errorf("%d of the 10 tasks queued before Stop ran", n)
 	}
-	if pe == nil && queuedRan.Load() != 10 {
-		t.Errorf("%d of the 10 tasks queued before Stop ran", queuedRan.Load())
+	select {
+	case pe := <-panics:
+		t.Errorf("Stop inside a task panicked: %v", pe.Value)
+	default:
 	}
 }
 
-// A task that calls Shutdown on its own pool, with a deadline: even the
-// deadline does not save it today, since Shutdown then waits for the
-// running tasks, the caller among them.
+// A task that calls Shutdown on its own pool: Shutdown closes the pool and
+// reports ErrInsideTask at once rather than wait for its caller, deadline
+// or not; a Shutdown from outside then finishes the job.
 func TestTrapShutdownInsideTask(t *testing.T) {
-	knownBug(t, "Pool.Shutdown called from inside one of the pool's tasks waits for itself forever, deadline or not")
 	leak.Check(t)
 	panics := make(chan *crew.PanicError, 4)
 	p := crew.New(2, crew.WithPanicHandler(func(pe *crew.PanicError) { panics <- pe }))
 	var err error
-	ended, pe := insideTask(t, p, panics, func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	ended, _ := insideTask(t, p, panics, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		err = p.Shutdown(ctx)
 	})
 	if !ended {
 		t.Fatalf("Shutdown called from inside a task did not return within %v; goroutines:\n\n%s", trapDeadline, goroutineDump())
 	}
-	t.Logf("Shutdown inside a task = %v (panic: %v)", err, pe)
-	mustReturn(t, trapDeadline, "Stop from outside", p.Stop)
+	if !errors.Is(err, crew.ErrInsideTask) {
+		t.Errorf("Shutdown inside a task = %v, want ErrInsideTask", err)
+	}
+	if err := p.Go(func() {}); err != crew.ErrStopped {
+		t.Errorf("Go after Shutdown inside a task = %v, want ErrStopped", err)
+	}
+	mustReturn(t, trapDeadline, "Shutdown from outside", func() {
+		if err := p.Shutdown(context.Background()); err != nil {
+			t.Errorf("Shutdown from outside = %v", err)
+		}
+	})
 }
 
 // fullPool returns a pool with one worker and a queue of one, both held by

@@ -61,7 +61,19 @@
 // Panics are recovered once per worker loop, not once per task: a deferred
 // function at the top of the loop reports the panic and the worker re-enters
 // the loop. runtime.Goexit in a task ends that worker's goroutine; the same
-// deferred function accounts for the task and starts a replacement.
+// deferred function accounts for the task, and one a frame further out
+// starts a replacement once the goroutine is known to be ending: under
+// GODEBUG=panicnil=1 a panic(nil) also recovers as nil, but returns.
+//
+// # Calls from inside a task
+//
+// Wait from inside one of the engine's tasks would wait for itself, and a
+// task that waits for room in its own full engine may wait for room only
+// it can free. Go has no goroutine-local storage to recognise such a
+// caller, so each worker writes its engine's number onto its own stack as
+// a run of frames (see identity.go); the few paths about to block read the
+// caller's stack. Wait then reports ErrInWorker, and a push waits for room
+// unless every worker is a task waiting the same way, when it fails.
 //
 // Idle workers retire after an idle timeout, down to a minimum. Queue chunks
 // double in size as a backlog grows and a drained shard keeps one small

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"runtime"
@@ -17,6 +18,14 @@ import (
 var (
 	ErrStopped = errors.New("crew: pool is stopped")
 	ErrFull    = errors.New("crew: queue is full")
+
+	// ErrInWorker is returned by Wait when called from inside one of the
+	// engine's own tasks, which would wait for itself.
+	ErrInWorker = errors.New("crew: called from inside one of the pool's own tasks")
+
+	// errFullInWorker is returned by Push when every worker is one of the
+	// engine's tasks waiting for room in the engine: none would ever come.
+	errFullInWorker = fmt.Errorf("%w: every worker is waiting to queue a task into its own full pool", ErrFull)
 )
 
 const (
@@ -69,6 +78,7 @@ type Engine[T any] struct {
 	onGoexit  func(T)
 	drop      func(T)
 	start     func(func()) bool
+	id        uint64 // written on each worker's stack (see InWorker)
 
 	shards []shard[T]
 	mask   uint32
@@ -76,6 +86,7 @@ type Engine[T any] struct {
 	closed   atomic.Bool  // intake is closed; each shard also has the flag under its lock
 	bounded  bool         // QueueSize >= 0
 	admitted atomic.Int64 // with bounded: unfinished tasks, kept below capacity
+	stuck    atomic.Int64 // with bounded: own tasks waiting in Push for room
 	capacity atomic.Int64 // with bounded: MaxWorkers+QueueSize
 	queue    int64        // QueueSize
 
@@ -146,6 +157,7 @@ func New[T any](cfg Config[T]) *Engine[T] {
 		queue:     int64(cfg.QueueSize),
 		idleTime:  cfg.IdleTimeout,
 		epoch:     time.Now(),
+		id:        lastID.Add(1),
 	}
 	e.maxSpinning = runtime.GOMAXPROCS(0)
 	e.maxWorkers.Store(int64(cfg.MaxWorkers))
@@ -166,8 +178,10 @@ func capacity(workers, queue int64) int64 {
 }
 
 // Push queues t, waiting for room when the engine is bounded and full.
-// A nil ctx waits without limit. It returns ErrStopped once the engine is
-// closed, and ctx's error if ctx ends first.
+// A nil ctx waits without limit, except from inside the engine's own
+// tasks: when every worker is such a task waiting for room, room would
+// never come, and Push returns an error wrapping ErrFull. It returns
+// ErrStopped once the engine is closed, and ctx's error if ctx ends first.
 func (e *Engine[T]) Push(ctx context.Context, t T) error {
 	if !e.bounded {
 		return e.enqueue(t)
@@ -180,10 +194,34 @@ func (e *Engine[T]) Push(ctx context.Context, t T) error {
 		if err != ErrFull {
 			return err
 		}
-		if err := e.spaceSig.Wait(ctx, e.hasRoom); err != nil {
+		if ctx == nil && e.InWorker() {
+			err = e.waitInWorker()
+		} else {
+			err = e.spaceSig.Wait(ctx, e.hasRoom)
+		}
+		if err != nil {
 			return err
 		}
 	}
+}
+
+// waitInWorker waits for room like Push, for a caller that is one of e's
+// tasks. Such callers hold workers while they wait: once they hold all of
+// them (the limit, and every live worker above it after a shrink), no task
+// can finish to make room, and they return errFullInWorker instead.
+func (e *Engine[T]) waitInWorker() error {
+	e.stuck.Add(1)
+	defer e.stuck.Add(-1)
+	e.spaceSig.Broadcast() // the other waiters' condition may hold now
+	deadlocked := func() bool {
+		n := e.stuck.Load()
+		return n >= e.maxWorkers.Load() && n >= e.workers.Load()&countMask
+	}
+	e.spaceSig.Wait(nil, func() bool { return e.hasRoom() || deadlocked() })
+	if e.hasRoom() {
+		return nil
+	}
+	return errFullInWorker
 }
 
 // TryPush queues t if that needs no waiting. It returns ErrFull when a bounded
@@ -349,8 +387,14 @@ func (e *Engine[T]) queued() int64 {
 }
 
 // Wait blocks until no task is queued or running, or ctx ends (nil: never).
+// Called from inside one of e's tasks, which would wait for itself, it
+// returns ErrInWorker instead of blocking.
 func (e *Engine[T]) Wait(ctx context.Context) error {
-	return e.idleSig.Wait(ctx, func() bool { return e.unfinished() == 0 })
+	idle := func() bool { return e.unfinished() == 0 }
+	if !idle() && e.InWorker() {
+		return ErrInWorker
+	}
+	return e.idleSig.Wait(ctx, idle)
 }
 
 // Close stops intake: every later push returns ErrStopped and producers

@@ -1,0 +1,88 @@
+package engine
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/gocrew/crew/internal/leak"
+)
+
+// inTask runs f as a task of e and returns its result.
+func inTask(t *testing.T, e *Engine[func()], f func() bool) bool {
+	t.Helper()
+	got := make(chan bool, 1)
+	if err := e.Push(nil, func() { got <- f() }); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case v := <-got:
+		return v
+	case <-time.After(10 * time.Second):
+		t.Fatal("task did not run")
+		return false
+	}
+}
+
+func TestInWorkerTellsEnginesApart(t *testing.T) {
+	leak.Check(t)
+	// Numbers with long and short, dense and sparse digit runs.
+	for _, first := range []uint64{0, 1 << 20, 1<<40 - 3, 1<<63 - 5} {
+		t.Run(fmt.Sprint(first), func(t *testing.T) {
+			if lastID.Load() < first {
+				lastID.Store(first)
+			}
+			a, b := newFuncEngine(2), newFuncEngine(2)
+			defer stop(a)
+			defer stop(b)
+			if a.InWorker() || b.InWorker() {
+				t.Fatal("InWorker is true outside any task")
+			}
+			if !inTask(t, a, a.InWorker) {
+				t.Error("a.InWorker is false inside a task of a")
+			}
+			if inTask(t, a, b.InWorker) {
+				t.Error("b.InWorker is true inside a task of a")
+			}
+			if !inTask(t, b, b.InWorker) {
+				t.Error("b.InWorker is false inside a task of b")
+			}
+		})
+	}
+}
+
+// A worker of one engine may run as a task of another (Config.Start): its
+// tasks are inside both.
+func TestInWorkerSeesNestedEngines(t *testing.T) {
+	leak.Check(t)
+	outer := newFuncEngine(2)
+	defer stop(outer)
+	inner := New(Config[func()]{
+		MaxWorkers: 1,
+		QueueSize:  -1,
+		Run:        func(f func()) { f() },
+		Start:      func(loop func()) bool { return outer.TryPush(loop) == nil },
+	})
+	defer stop(inner)
+	other := newFuncEngine(1)
+	defer stop(other)
+	if !inTask(t, inner, func() bool { return inner.InWorker() && outer.InWorker() && !other.InWorker() }) {
+		t.Error("a task of the nested engine is not seen inside both engines, and only them")
+	}
+}
+
+func TestInWorkerOnADeepStack(t *testing.T) {
+	leak.Check(t)
+	e := newFuncEngine(1)
+	defer stop(e)
+	var deep func(n int) bool
+	deep = func(n int) bool {
+		if n == 0 {
+			return e.InWorker()
+		}
+		return deep(n - 1)
+	}
+	if !inTask(t, e, func() bool { return deep(1000) }) {
+		t.Error("InWorker is false a thousand frames deep in a task")
+	}
+}

@@ -1,0 +1,66 @@
+package crew
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/gocrew/crew/internal/engine"
+)
+
+// The stop and shutdown sequences shared by Pool and the function pools.
+
+// stopEngine closes e, waits for its tasks, then for its workers to exit
+// and for exited (if not nil), and calls cancel. Called from inside one of e's tasks, which could never
+// finish while Stop waits, it returns after closing e: the queued tasks
+// still run, and a stop from outside the pool waits for them.
+func stopEngine[T any](e *engine.Engine[T], cancel context.CancelFunc, exited func()) {
+	e.Close()
+	if e.Wait(nil) != nil {
+		return
+	}
+	exit(e, exited)
+	cancel()
+}
+
+func exit[T any](e *engine.Engine[T], exited func()) {
+	e.Exit()
+	if exited != nil {
+		exited()
+	}
+}
+
+// shutdownEngine is stopEngine with a deadline. When ctx ends first, it
+// drops the queued tasks, calls cancel so that the running ones can see it,
+// waits for them, then calls dropMore (if not nil) for tasks the caller
+// tracks itself. It reports the drop as a *ShutdownError.
+func shutdownEngine[T any](ctx context.Context, e *engine.Engine[T], cancel context.CancelFunc, dropMore, exited func()) error {
+	e.Close()
+	err := e.Wait(ctx)
+	switch {
+	case err == engine.ErrInWorker:
+		return fmt.Errorf("%w: Shutdown cannot wait for the task that called it; the pool is closed and its queued tasks still run", err)
+	case err != nil:
+		// Drain before cancelling: a worker freed by the cancellation must
+		// not start a task that is about to be dropped.
+		e.Drain()
+		cancel()
+		e.Wait(nil)
+		if dropMore != nil {
+			dropMore() // no worker is left to start them
+		}
+	}
+	exit(e, exited)
+	cancel()
+	if err != nil {
+		return &ShutdownError{Dropped: int(e.Stats().Dropped), Err: err}
+	}
+	return nil
+}
+
+// waitEngine is Wait: it blocks until e is idle, and panics when called
+// from inside one of e's tasks, which would wait for itself forever.
+func waitEngine[T any](e *engine.Engine[T]) {
+	if err := e.Wait(nil); err != nil {
+		panic(fmt.Errorf("%w: Wait would wait for the task that called it", err))
+	}
+}
