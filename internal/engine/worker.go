@@ -29,6 +29,14 @@ type worker[T any] struct {
 	timer              *time.Timer   // idle timeout, made at the first park
 	idlePrev, idleNext *worker[T]    // idle list links, guarded by e.idleMu
 	parked             bool          // on the idle list, guarded by e.idleMu
+	ended              *endedTask[T] // a task that left loop by neither return nor panic
+}
+
+// endedTask is a task that called runtime.Goexit, or panic(nil) under
+// GODEBUG=panicnil=1, with the stack where it did.
+type endedTask[T any] struct {
+	t     T
+	stack []byte
 }
 
 // wake makes sure some worker will look at the queues: it wakes a parked
@@ -106,12 +114,28 @@ func (w *worker[T]) flush(idle bool) {
 	}
 }
 
-func (w *worker[T]) main() {
+// main is the worker's goroutine. It runs below the frames that spell the
+// engine's number (see InWorker).
+func (w *worker[T]) main() { withID(w.e.id, w.work) }
+
+func (w *worker[T]) work() {
 	e := w.e
 	e.starting.Add(-1)
 	e.alive.Add(1)
 	var done func()
 	defer func() {
+		if w.ended != nil {
+			// runtime.Goexit in a task, or a panic about to crash the
+			// program: this goroutine ends now. Hand its slot to a new
+			// worker.
+			if e.onGoexit != nil {
+				e.onGoexit(w.ended.t)
+			}
+			e.release(0)
+			if e.unfinished() > 0 {
+				e.spawn()
+			}
+		}
 		// Exit waits for this, so Stop returns only after the worker's
 		// state is closed, even on runtime.Goexit.
 		if done != nil {
@@ -127,11 +151,19 @@ func (w *worker[T]) main() {
 	}
 	// Whoever started this worker counted it as a searcher.
 	for searching := true; !w.loop(searching); searching = false {
+		if w.ended != nil {
+			// The goroutine did not end after all: the task called
+			// panic(nil) under GODEBUG=panicnil=1, which recover cannot
+			// tell from runtime.Goexit. Report it as the panic it was.
+			e.panicked.Add(1)
+			e.onPanic(w.ended.t, nil, w.ended.stack)
+			w.ended = nil
+		}
 	}
 }
 
 // loop runs tasks until the worker retires, and reports true then. After a
-// panic in a task it reports the panic and returns false, and main calls it
+// panic in a task it reports the panic and returns false, and work calls it
 // again: one deferred call per run of the loop, not one per task. searching
 // tells whether the worker is counted in e.searching on entry.
 func (w *worker[T]) loop(searching bool) (retired bool) {
@@ -148,20 +180,17 @@ func (w *worker[T]) loop(searching bool) (retired bool) {
 		if v != nil {
 			e.panicked.Add(1)
 			e.onPanic(t, v, debug.Stack())
-		} else if e.onGoexit != nil {
-			e.onGoexit(t)
+		} else {
+			// Either the goroutine is ending (runtime.Goexit, or a panic
+			// that will crash the program) and work's deferred call
+			// takes over, or loop returns to work after a panic(nil).
+			w.ended = &endedTask[T]{t: t}
+			if e.onPanic != nil {
+				w.ended.stack = debug.Stack()
+			}
 		}
 		w.done++ // the task that panicked or called runtime.Goexit
 		w.flush(true)
-		if v != nil {
-			return
-		}
-		// runtime.Goexit, or a panic that is about to crash the program:
-		// this goroutine ends when we return. Hand its slot to a new worker.
-		e.release(0)
-		if e.unfinished() > 0 {
-			e.spawn()
-		}
 	}()
 	for {
 		var ok bool
