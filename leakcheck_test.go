@@ -131,8 +131,7 @@ func TestEveryTestChecksForLeaks(t *testing.T) {
 }
 
 func TestEveryBatchTestChecksForLeaks(t *testing.T) {
-	knownBug(t, "the tests of package batch and of examples/ do not call leak.Check")
-	for _, dir := range []string{"batch", "examples/eventsink"} {
+	for _, dir := range []string{"batch", "examples/eventsink", "examples/profile"} {
 		for _, name := range testsWithoutLeakCheck(t, dir) {
 			t.Errorf("%s: %s does not call leak.Check", dir, name)
 		}

@@ -16,12 +16,13 @@ import (
 	"time"
 
 	"github.com/gocrew/crew"
+	"github.com/gocrew/crew/internal/leak"
 )
 
 var errBoom = errors.New("boom")
 
 func TestSizeTrigger(t *testing.T) {
-	checkLeaks(t)
+	leak.Check(t)
 	ctx := context.Background()
 	rec := newRecorder[int]()
 	b := New(rec.flush, WithMaxItems(5), WithMaxWait(time.Hour))
@@ -49,7 +50,7 @@ func TestSizeTrigger(t *testing.T) {
 }
 
 func TestIntervalTrigger(t *testing.T) {
-	checkLeaks(t)
+	leak.Check(t)
 	ctx := context.Background()
 	rec := newRecorder[int]()
 	const wait = 20 * time.Millisecond
@@ -73,7 +74,7 @@ func TestIntervalTrigger(t *testing.T) {
 }
 
 func TestByteTrigger(t *testing.T) {
-	checkLeaks(t)
+	leak.Check(t)
 	ctx := context.Background()
 	rec := newRecorder[string]()
 	b := New(rec.flush, WithMaxBytes(10, func(s string) int { return len(s) }), WithMaxWait(time.Hour))
@@ -104,7 +105,7 @@ func TestByteTrigger(t *testing.T) {
 }
 
 func TestConcurrentAdd(t *testing.T) {
-	checkLeaks(t)
+	leak.Check(t)
 	ctx := context.Background()
 	const producers, each = 8, 2000
 	var mu sync.Mutex
@@ -163,7 +164,7 @@ func TestConcurrentAdd(t *testing.T) {
 }
 
 func TestMaxConcurrentFlushes(t *testing.T) {
-	checkLeaks(t)
+	leak.Check(t)
 	ctx := context.Background()
 	rec := newRecorder[int]()
 	release := rec.hold()
@@ -193,7 +194,7 @@ func TestMaxConcurrentFlushes(t *testing.T) {
 }
 
 func TestCloseFlushesEverything(t *testing.T) {
-	checkLeaks(t)
+	leak.Check(t)
 	ctx := context.Background()
 	rec := newRecorder[int]()
 	b := New(rec.flush, WithMaxItems(100), WithMaxWait(time.Hour), WithMaxConcurrentFlushes(2))
@@ -227,7 +228,7 @@ func TestCloseFlushesEverything(t *testing.T) {
 }
 
 func TestCloseEmpty(t *testing.T) {
-	checkLeaks(t)
+	leak.Check(t)
 	b := New(func(context.Context, []int) error { return nil })
 	if err := b.Close(context.Background()); err != nil {
 		t.Fatal(err)
@@ -235,7 +236,7 @@ func TestCloseEmpty(t *testing.T) {
 }
 
 func TestRetryThenHandOver(t *testing.T) {
-	checkLeaks(t)
+	leak.Check(t)
 	ctx := context.Background()
 	var calls atomic.Int32
 	flush := func(context.Context, []int) error {
@@ -269,7 +270,7 @@ func TestRetryThenHandOver(t *testing.T) {
 }
 
 func TestRetrySucceeds(t *testing.T) {
-	checkLeaks(t)
+	leak.Check(t)
 	ctx := context.Background()
 	var calls atomic.Int32
 	flush := func(context.Context, []int) error {
@@ -296,7 +297,7 @@ func TestRetrySucceeds(t *testing.T) {
 }
 
 func TestFailureDuringClose(t *testing.T) {
-	checkLeaks(t)
+	leak.Check(t)
 	h, handedCh := handler[int]()
 	b := New(func(context.Context, []int) error { return errBoom }, WithErrorHandler(h))
 	b.Add(context.Background(), 7)
@@ -309,7 +310,7 @@ func TestFailureDuringClose(t *testing.T) {
 }
 
 func TestPanicInFlush(t *testing.T) {
-	checkLeaks(t)
+	leak.Check(t)
 	h, handedCh := handler[int]()
 	b := New(func(context.Context, []int) error { panic(errBoom) }, WithErrorHandler(h))
 	b.Add(context.Background(), 1)
@@ -322,7 +323,7 @@ func TestPanicInFlush(t *testing.T) {
 }
 
 func TestPanicInErrorHandler(t *testing.T) {
-	checkLeaks(t)
+	leak.Check(t)
 	var logged bytes.Buffer
 	log.SetOutput(&logged)
 	defer log.SetOutput(os.Stderr)
@@ -341,7 +342,7 @@ func TestPanicInErrorHandler(t *testing.T) {
 }
 
 func TestBlockWhenFull(t *testing.T) {
-	checkLeaks(t)
+	leak.Check(t)
 	ctx := context.Background()
 	rec := newRecorder[int]()
 	release := rec.hold()
@@ -383,7 +384,7 @@ func TestBlockWhenFull(t *testing.T) {
 }
 
 func TestCloseWakesBlockedAdd(t *testing.T) {
-	checkLeaks(t)
+	leak.Check(t)
 	ctx := context.Background()
 	rec := newRecorder[int]()
 	release := rec.hold()
@@ -404,7 +405,7 @@ func TestCloseWakesBlockedAdd(t *testing.T) {
 }
 
 func TestFailWhenFull(t *testing.T) {
-	checkLeaks(t)
+	leak.Check(t)
 	ctx := context.Background()
 	rec := newRecorder[int]()
 	release := rec.hold()
@@ -424,7 +425,7 @@ func TestFailWhenFull(t *testing.T) {
 }
 
 func TestDropOldest(t *testing.T) {
-	checkLeaks(t)
+	leak.Check(t)
 	ctx := context.Background()
 	rec := newRecorder[int]()
 	release := rec.hold()
@@ -457,7 +458,7 @@ func TestDropOldest(t *testing.T) {
 }
 
 func TestDropOldestFromSealedBatch(t *testing.T) {
-	checkLeaks(t)
+	leak.Check(t)
 	ctx := context.Background()
 	rec := newRecorder[int]()
 	release := rec.hold()
@@ -485,7 +486,7 @@ func TestDropOldestFromSealedBatch(t *testing.T) {
 }
 
 func TestDropOldestNothingToDrop(t *testing.T) {
-	checkLeaks(t)
+	leak.Check(t)
 	ctx := context.Background()
 	rec := newRecorder[int]()
 	release := rec.hold()
@@ -509,7 +510,7 @@ func TestDropOldestNothingToDrop(t *testing.T) {
 }
 
 func TestFlushWaits(t *testing.T) {
-	checkLeaks(t)
+	leak.Check(t)
 	ctx := context.Background()
 	rec := newRecorder[int]()
 	release := rec.hold()
@@ -536,7 +537,7 @@ func TestFlushWaits(t *testing.T) {
 }
 
 func TestCloseGivesUp(t *testing.T) {
-	checkLeaks(t)
+	leak.Check(t)
 	rec := newRecorder[int]()
 	rec.hold() // flushes end only when their context is canceled
 	h, handedCh := handler[int]()
@@ -572,7 +573,7 @@ func TestCloseGivesUp(t *testing.T) {
 }
 
 func TestSharedPool(t *testing.T) {
-	checkLeaks(t)
+	leak.Check(t)
 	ctx := context.Background()
 	p := crew.New(4)
 	defer p.Stop()
@@ -595,7 +596,7 @@ func TestSharedPool(t *testing.T) {
 }
 
 func TestStoppedPool(t *testing.T) {
-	checkLeaks(t)
+	leak.Check(t)
 	ctx := context.Background()
 	p := crew.New(1)
 	p.Stop()
@@ -614,7 +615,7 @@ func TestStoppedPool(t *testing.T) {
 }
 
 func TestManyBatchersLeaveNoGoroutine(t *testing.T) {
-	checkLeaks(t)
+	leak.Check(t)
 	ctx := context.Background()
 	for i := range 20 {
 		b := New(func(context.Context, []int) error { return nil },
@@ -629,6 +630,7 @@ func TestManyBatchersLeaveNoGoroutine(t *testing.T) {
 }
 
 func TestAddDoesNotAllocatePerItem(t *testing.T) {
+	leak.Check(t)
 	ctx := context.Background()
 	b := New(func(context.Context, []int) error { return nil }, WithMaxItems(64), WithMaxWait(time.Hour))
 	defer b.Close(ctx)
@@ -648,6 +650,7 @@ func TestAddDoesNotAllocatePerItem(t *testing.T) {
 }
 
 func TestInvalidConfig(t *testing.T) {
+	leak.Check(t)
 	flush := func(context.Context, []int) error { return nil }
 	cases := []struct {
 		name  string
@@ -685,6 +688,7 @@ func TestInvalidConfig(t *testing.T) {
 }
 
 func TestFullPolicyString(t *testing.T) {
+	leak.Check(t)
 	got := fmt.Sprint(Block, Fail, DropOldest, FullPolicy(9))
 	if want := "Block Fail DropOldest FullPolicy(9)"; got != want {
 		t.Fatalf("%q, want %q", got, want)
@@ -714,7 +718,7 @@ func BenchmarkAddParallel(b *testing.B) {
 }
 
 func TestDefaultErrorHandlerLogs(t *testing.T) {
-	checkLeaks(t)
+	leak.Check(t)
 	var logged bytes.Buffer
 	log.SetOutput(&logged)
 	defer log.SetOutput(os.Stderr)
@@ -744,7 +748,7 @@ func TestDefaultErrorHandlerLogs(t *testing.T) {
 }
 
 func TestTimerFiringForAnOlderBatch(t *testing.T) {
-	checkLeaks(t)
+	leak.Check(t)
 	ctx := context.Background()
 	rec := newRecorder[int]()
 	b := New(rec.flush, WithMaxWait(time.Hour))
@@ -764,6 +768,7 @@ func TestTimerFiringForAnOlderBatch(t *testing.T) {
 }
 
 func TestDefaultMaxPending(t *testing.T) {
+	leak.Check(t)
 	if got := defaultMaxPending(100, 1); got != 800 {
 		t.Errorf("defaultMaxPending(100, 1) = %d, want 800", got)
 	}

@@ -2,7 +2,6 @@ package batch
 
 import (
 	"context"
-	"runtime"
 	"slices"
 	"sync"
 	"testing"
@@ -11,25 +10,6 @@ import (
 
 // waitFor is how long a test waits for something that should happen soon.
 const waitFor = 5 * time.Second
-
-// checkLeaks fails t if, after the test and its cleanups, more goroutines
-// run than before it, once the stragglers have had waitFor to end.
-func checkLeaks(t *testing.T) {
-	t.Helper()
-	before := runtime.NumGoroutine()
-	t.Cleanup(func() {
-		deadline := time.Now().Add(waitFor)
-		for runtime.NumGoroutine() > before {
-			if time.Now().After(deadline) {
-				buf := make([]byte, 1<<20)
-				buf = buf[:runtime.Stack(buf, true)]
-				t.Errorf("%d goroutines before the test, %d after:\n%s", before, runtime.NumGoroutine(), buf)
-				return
-			}
-			time.Sleep(time.Millisecond) // polling, bounded by the deadline
-		}
-	})
-}
 
 // recorder is a flush function that records a copy of every batch and
 // can hold flushes back.

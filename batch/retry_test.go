@@ -4,9 +4,12 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/gocrew/crew/internal/leak"
 )
 
 func TestRetryDelay(t *testing.T) {
+	leak.Check(t)
 	r := retryPolicy{attempts: 10, base: 10 * time.Millisecond, maxDelay: 70 * time.Millisecond}
 	for attempt, full := range map[int]time.Duration{
 		1: 10 * time.Millisecond,
@@ -31,6 +34,7 @@ func TestRetryDelay(t *testing.T) {
 }
 
 func TestRetryWaitCanceled(t *testing.T) {
+	leak.Check(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	r := retryPolicy{attempts: 2, base: time.Hour, maxDelay: time.Hour}

@@ -4,9 +4,12 @@ import (
 	"math"
 	"testing"
 	"time"
+
+	"github.com/gocrew/crew/internal/leak"
 )
 
 func TestBuckets(t *testing.T) {
+	leak.Check(t)
 	last := -1
 	for _, us := range []uint64{0, 1, 2, 3, 4, 5, 7, 8, 9, 10, 15, 16, 17, 100, 1000, 1023, 1024, 1025, 123456789, 1<<40 - 1} {
 		i := bucketOf(us)
@@ -34,6 +37,7 @@ func TestBuckets(t *testing.T) {
 }
 
 func TestLatency(t *testing.T) {
+	leak.Check(t)
 	var l Latency
 	if l.Mean() != 0 || l.Quantile(0.5) != 0 {
 		t.Fatal("empty latency not zero")

@@ -1,14 +1,14 @@
 package main
 
 import (
-	"runtime"
 	"strings"
 	"testing"
-	"time"
+
+	"github.com/gocrew/crew/internal/leak"
 )
 
 func TestRun(t *testing.T) {
-	before := runtime.NumGoroutine()
+	leak.Check(t)
 	var out strings.Builder
 	if err := run(&out, 3000, 4); err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
@@ -16,12 +16,5 @@ func TestRun(t *testing.T) {
 	t.Log(out.String())
 	if !strings.Contains(out.String(), "sent 3000 events") || !strings.Contains(out.String(), "0 events lost") {
 		t.Fatalf("unexpected report:\n%s", out.String())
-	}
-	deadline := time.Now().Add(5 * time.Second)
-	for runtime.NumGoroutine() > before {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d goroutines before run, %d after", before, runtime.NumGoroutine())
-		}
-		time.Sleep(time.Millisecond) // polling, bounded by the deadline
 	}
 }

@@ -16,10 +16,12 @@ func TestRunWritesALabelledProfile(t *testing.T) {
 	leak.Check(t)
 	path := filepath.Join(t.TempDir(), "cpu.prof")
 	var out strings.Builder
-	if err := run(&out, path, 30, 10); err != nil {
+	// Enough hashing (about 0.25 s of CPU) for the 100 Hz profiler to
+	// sample the checksum pool every time.
+	if err := run(&out, path, 30, 100); err != nil {
 		t.Skipf("cannot profile: %v", err) // go test -cpuprofile is on
 	}
-	for _, want := range []string{"resize: 30 tasks", "checksum: 10 tasks", "wrote " + path} {
+	for _, want := range []string{"resize: 30 tasks", "checksum: 100 tasks", "wrote " + path} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}
