@@ -17,10 +17,13 @@ import (
 
 // FuzzPool is a model-based test of Pool. The input is a program: a pool
 // configuration and a list of operations (Go, Submit, TrySubmit, SubmitCtx,
-// Resize, Wait, Stats, Stop, Shutdown, Task.Wait) split over up to four
+// Resize, Wait, Stats, Stop, Shutdown, Task.Wait, and groups on the pool: a
+// Group, WithLimit(1) or WithAllErrors or not, a ResultGroup and a MapErr,
+// each given up to eight tasks and waited for) split over up to four
 // goroutines that run them at the same time. Tasks are tiny, yield, sleep,
 // panic, call runtime.Goexit, return an error, wait on their context or
-// submit a child. Nothing in a program can block forever.
+// submit a child (a group task: to its own group). Nothing in a program can
+// block forever.
 //
 // The model checks, while the program runs and after the pool has stopped:
 //
@@ -39,6 +42,21 @@ import (
 //     Completed = tasks that ran, Panicked and Failed match the tasks, the
 //     Dropped of a ShutdownError matches Stats, nothing is Running, Queued
 //     or Idle after Stop;
+//   - every group task accepted by Go runs exactly once or is skipped,
+//     and only when the group was cancelled (an error, a panic, or the
+//     pool stopping: ErrStopped); none starts after its Wait returned, nor,
+//     WithLimit(1), after a task failed; Wait returns the first error (the
+//     one of the task that failed, WithLimit(1)), or every error in
+//     submission order WithAllErrors, or ErrStopped, and nil only when
+//     nothing failed, was refused or skipped; a ResultGroup or MapErr
+//     returns each result at its task's index; after Wait, Go returns
+//     ErrGroupDone, Wait returns the same again and the context is done;
+//     a group never runs more tasks at once than its limit, and its tasks
+//     on the pool's workers count toward the pool's limit (those that Wait
+//     runs on its own goroutine do not);
+//   - the counters add up with the group tasks too: the steps that run
+//     them are pool tasks (Submitted, Completed, Dropped), their panics
+//     count in Panicked;
 //   - no goroutine survives (leak.Check).
 //
 // The seed corpus is in testdata/fuzz/FuzzPool; `go test` runs it. To
@@ -51,7 +69,8 @@ func FuzzPool(f *testing.F) {
 		prog := decodeFuzzProgram(data)
 		m := runFuzzProgram(t, prog)
 		if testing.Verbose() {
-			t.Logf("%s: ops=%d accepted=%d ran=%d dropped=%d", prog, m.ops.Load(), m.acceptedN, m.ranN, m.droppedN)
+			t.Logf("%s: ops=%d accepted=%d ran=%d dropped=%d groups=%d group tasks accepted=%d ran=%d",
+				prog, m.ops.Load(), m.acceptedN, m.ranN, m.droppedN, len(m.groups), m.groupAcceptedN, m.groupRanN)
 		}
 		if path := os.Getenv("CREW_FUZZ_COUNT_FILE"); path != "" {
 			appendFuzzCount(path, m.ops.Load(), m.acceptedN)
@@ -89,8 +108,8 @@ const (
 	foTaskWait        // Wait on the actor's last Submit task
 	foNested          // Go of tasks that submit a child
 	foYield           // let the other actors run
-	foSubmit2         // Submit
-	foTrySubmit2      // TrySubmit
+	foGroup           // a Group of tasks on the pool, then its Wait (fuzz_group_test.go)
+	foResults         // a ResultGroup or MapErr on the pool (fuzz_group_test.go)
 	foSubmitCtxCancel // SubmitCtx with a context that ends soon
 )
 
@@ -161,6 +180,8 @@ type fuzzTask struct {
 	task     *crew.Task // Submit only
 	accepted bool       // non-Submit only: the call accepted it
 	refused  bool       // non-Submit only
+	group    *fuzzGroup // a group task, run by a group's step or Wait
+	value    int        // what a ResultGroup or MapErr task returns
 	runs     atomic.Int32
 	finished atomic.Bool
 }
@@ -180,8 +201,13 @@ type fuzzModel struct {
 	ops       atomic.Int64
 
 	mu           sync.Mutex
-	tasks        []*fuzzTask
+	tasks        []*fuzzTask // of the pool's own calls, not of groups
+	groups       []*fuzzGroup
 	shutdownErrs []*crew.ShutdownError
+
+	// grouped: a group may have submitted steps, pool tasks that the
+	// model does not see one by one.
+	grouped atomic.Bool
 
 	hasSubmit bool // the program calls Submit
 
@@ -189,6 +215,7 @@ type fuzzModel struct {
 	ended bool // guarded by logMu: the test has ended
 
 	acceptedN, ranN, droppedN int // filled by check
+	groupAcceptedN, groupRanN int
 }
 
 // errorf reports a failure. Goroutines of a program that hung may still
@@ -214,15 +241,20 @@ func (m *fuzzModel) body(ft *fuzzTask, ctx context.Context) error {
 	if n := ft.runs.Add(1); n != 1 {
 		m.errorf("a %s task ran %d times", fuzzKindNames[ft.kind], n)
 	}
-	r := m.running.Add(1)
-	raisePeak(&m.peak, r)
-	if lim := m.limitHigh.Load(); r > lim {
-		m.errorf("%d tasks running at once; the limit was never above %d", r, lim)
+	onWorker := true
+	if g := ft.group; g != nil {
+		onWorker = g.enter(ft)
+		defer g.leave(ft)
 	}
-	defer func() {
-		m.running.Add(-1)
-		ft.finished.Store(true)
-	}()
+	if onWorker {
+		r := m.running.Add(1)
+		raisePeak(&m.peak, r)
+		if lim := m.limitHigh.Load(); r > lim {
+			m.errorf("%d tasks running at once on workers; the limit was never above %d", r, lim)
+		}
+		defer m.running.Add(-1)
+	}
+	defer ft.finished.Store(true)
 	switch ft.kind {
 	case fkYield:
 		for range 3 {
@@ -244,6 +276,10 @@ func (m *fuzzModel) body(ft *fuzzTask, ctx context.Context) error {
 		case <-timer.C:
 		}
 	case fkNested:
+		if ft.group != nil {
+			ft.group.goChild()
+			break
+		}
 		// A child submitted from inside a task; TrySubmit never waits, so
 		// it cannot deadlock a bounded pool.
 		child := m.newTask(fkNoop, false)
@@ -296,7 +332,7 @@ func runFuzzProgram(t *testing.T, prog fuzzProgram) *fuzzModel {
 	})
 	for _, ops := range prog.actors {
 		for _, op := range ops {
-			m.hasSubmit = m.hasSubmit || op.code == foSubmit || op.code == foSubmit2
+			m.hasSubmit = m.hasSubmit || op.code == foSubmit
 		}
 	}
 	m.limitHigh.Store(int64(prog.max))
@@ -370,7 +406,7 @@ func (m *fuzzModel) actor(ops []fuzzOp) {
 				m.settle(ft, err == nil, err, "Go")
 				mine = append(mine, ft)
 			}
-		case foSubmit, foSubmit2:
+		case foSubmit:
 			for range count {
 				ft := m.newTask(kind, true)
 				stopped := m.stopBegun.Load()
@@ -385,7 +421,7 @@ func (m *fuzzModel) actor(ops []fuzzOp) {
 				mine = append(mine, ft)
 				lastSubmit = ft
 			}
-		case foTrySubmit, foTrySubmit2:
+		case foTrySubmit:
 			for range count {
 				ft := m.newTask(kind, false)
 				pctx := p.Context()
@@ -473,6 +509,14 @@ func (m *fuzzModel) actor(ops []fuzzOp) {
 				if !m.mustReturn(10*time.Second, "Task.Wait", func() { lastSubmit.task.Wait() }) {
 					return
 				}
+			}
+		case foGroup:
+			if !m.groupOp(op.arg) {
+				return
+			}
+		case foResults:
+			if !m.resultsOp(op.arg) {
+				return
 			}
 		case foYield:
 			if op.arg&1 == 0 {
@@ -638,9 +682,14 @@ func (m *fuzzModel) check() {
 			}
 		}
 	}
+	groupPanics := m.checkGroups()
 	s := p.Stats()
 	m.acceptedN, m.ranN, m.droppedN = accepted, ran, int(s.Dropped)
-	if lost := accepted - ran - int(s.Dropped); lost != 0 {
+	// A group runs its tasks in steps, pool tasks that the model does not
+	// count: with groups, Submitted, Completed and Dropped also count the
+	// steps, and only bound what the model counts.
+	grouped := m.grouped.Load()
+	if lost := accepted - ran - int(s.Dropped); lost > 0 || lost < 0 && !grouped {
 		t.Errorf("accepted %d tasks, %d ran and %d were dropped: %d lost (or run twice)", accepted, ran, s.Dropped, lost)
 	}
 	if droppedSubmit > int(s.Dropped) {
@@ -657,14 +706,14 @@ func (m *fuzzModel) check() {
 		}
 	}
 	switch {
-	case s.Submitted != uint64(accepted):
-		t.Errorf("Stats.Submitted = %d, %d tasks were accepted", s.Submitted, accepted)
-	case s.Completed != uint64(ran):
-		t.Errorf("Stats.Completed = %d, %d tasks ran", s.Completed, ran)
+	case s.Submitted < uint64(accepted), s.Submitted != uint64(accepted) && !grouped:
+		t.Errorf("Stats.Submitted = %d, %d tasks were accepted (groups: %v)", s.Submitted, accepted, grouped)
+	case s.Completed < uint64(ran), s.Completed != uint64(ran) && !grouped:
+		t.Errorf("Stats.Completed = %d, %d tasks ran (groups: %v)", s.Completed, ran, grouped)
 	case s.Submitted != s.Completed+s.Dropped:
 		t.Errorf("Stats: Submitted %d != Completed %d + Dropped %d", s.Submitted, s.Completed, s.Dropped)
-	case s.Panicked != uint64(panicked):
-		t.Errorf("Stats.Panicked = %d, %d tasks panicked", s.Panicked, panicked)
+	case s.Panicked != uint64(panicked+groupPanics):
+		t.Errorf("Stats.Panicked = %d, %d tasks and %d group tasks panicked", s.Panicked, panicked, groupPanics)
 	case s.Failed != uint64(failed):
 		t.Errorf("Stats.Failed = %d, %d Submit tasks failed", s.Failed, failed)
 	case m.handled.Load() != int64(goPanics):
