@@ -26,8 +26,8 @@
 // found a task: while the processors are saturated new workers wait in the
 // run queue, keep the count up and stop further wakes, so tiny tasks run on
 // a few workers; when tasks block (sleep, I/O), new workers run at once,
-// find the backlog and the pool grows towards its limit. At most GOMAXPROCS
-// searchers spin at a time; the others park after one look.
+// find the backlog and the pool grows towards its limit. At most half of
+// GOMAXPROCS searchers spin at a time; the others park after one look.
 //
 // Counting a woken worker as a searcher fails when its goroutine does not
 // get a processor for long (a million runnable producers, or a processor
