@@ -122,17 +122,17 @@ func TestResizeShrinkFinishingWorkerRetires(t *testing.T) {
 
 // Stats in a quiet pool (one task blocked, nothing else moving) must be
 // exact: Running at most MaxWorkers, Completed counting every finished task,
-// Queued every task that has not started. Today up to 63 finished tasks a
-// worker has not published yet are missing from Completed, and counted in
-// Running, for as long as its current task runs.
+// Queued every task that has not started. Workers publish their finished
+// tasks to the shared counters in batches, so Stats must not rely on those.
 func TestStatsExactInAQuietPool(t *testing.T) {
-	knownBug(t, "Stats in a quiet pool: Completed lags by up to 63 finished tasks per busy worker, and Running counts them (exceeds MaxWorkers)")
 	leak.Check(t)
 	p := crew.New(1)
 	defer p.Stop()
 	gate := make(chan struct{})
-	p.Go(func() { <-gate })
-	var fastRan, holdStarted atomic.Int64
+	var fastRan, holdStarted, gateRan atomic.Int64
+	// The queue is not strictly FIFO across its shards: the worker may
+	// reach the gate task only after the others, or never.
+	p.Go(func() { <-gate; gateRan.Add(1) })
 	hold := make(chan struct{})
 	defer close(hold)
 	const fast, held = 1000, 1000
@@ -146,15 +146,15 @@ func TestStatsExactInAQuietPool(t *testing.T) {
 	// The only worker blocks in the first task of the second kind it
 	// starts; from then on nothing moves.
 	waitUntil(t, trapDeadline, "one blocked task", func() bool { return holdStarted.Load() == 1 })
-	done := fastRan.Load()
+	done := fastRan.Load() + gateRan.Load()
 	s := p.Stats()
 	if s.Running != 1 {
 		t.Errorf("Running = %d with MaxWorkers = %d and one task running", s.Running, s.MaxWorkers)
 	}
-	if want := uint64(1 + done); s.Completed != want {
+	if want := uint64(done); s.Completed != want {
 		t.Errorf("Completed = %d, %d tasks have finished", s.Completed, want)
 	}
-	if want := int(fast-done) + held - 1; s.Queued != want {
+	if want := 1 + fast + held - int(done) - 1; s.Queued != want {
 		t.Errorf("Queued = %d, %d tasks have not started", s.Queued, want)
 	}
 	if t.Failed() {

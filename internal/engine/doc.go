@@ -50,7 +50,10 @@
 // either refused or counted before Close returns: no task is lost between a
 // check and a push. Workers count completions locally and publish them when
 // they run out of work (or every completionBatch tasks), so no word shared
-// by all producers and workers is written per task. Unfinished tasks are
+// by all producers and workers is written per task. Each also keeps an
+// exact count in a word of its own, which Stats sums over the live workers,
+// so that a worker blocked in a long task does not hide the tasks it has
+// finished. Unfinished tasks are
 // the pushed count minus completed and dropped, read finished-first: both
 // only grow, so a zero means every accepted task had finished at one
 // instant, which is what Wait and Stop wait for.

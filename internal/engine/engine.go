@@ -106,9 +106,15 @@ type Engine[T any] struct {
 	idle    idleList[T] // parked workers, most recently parked first
 	exiting bool        // guarded by idleMu: workers must not park
 
-	completed atomic.Uint64
+	completed atomic.Uint64 // published by workers in batches; Wait relies on it
 	dropped   atomic.Uint64
 	panicked  atomic.Uint64
+
+	// Every live worker counts its finished tasks in its own word, so that
+	// Stats is exact without a shared write per task.
+	allMu   sync.Mutex
+	all     []*worker[T] // live workers; worker.slot is the index
+	retired uint64       // tasks finished by workers no longer in all
 
 	idleSig  notify.Cond // unfinished count reached zero
 	spaceSig notify.Cond // bounded: room for a task, or closed
@@ -343,7 +349,13 @@ func (e *Engine[T]) finish(n int64, idle bool) {
 // grow, so a result of zero means that at one instant every accepted task was
 // finished.
 func (e *Engine[T]) unfinished() int64 {
-	done := e.completed.Load() + e.dropped.Load()
+	return e.unfinishedAfter(e.completed.Load())
+}
+
+// unfinishedAfter is unfinished with the given count of completed tasks,
+// read before the call.
+func (e *Engine[T]) unfinishedAfter(completed uint64) int64 {
+	done := completed + e.dropped.Load()
 	var pushed uint64
 	for i := range e.shards {
 		pushed += e.shards[i].pushed.Load()
@@ -499,17 +511,57 @@ type Stats struct {
 	MaxWorkers               int
 }
 
-// Stats returns a snapshot of the engine's counters.
+// Stats returns a snapshot of the engine's counters. It visits every live
+// worker, so it costs a few nanoseconds per worker.
 func (e *Engine[T]) Stats() Stats {
+	// Finished counts first, as in unfinished: pushed is read after them,
+	// so Unfinished cannot be negative.
+	completed := e.finished()
 	return Stats{
 		Workers:    int(e.workers.Load() & countMask),
 		Idle:       int(e.idle.n.Load()),
 		Searching:  int(e.searching.Load()),
 		Queued:     e.queued(),
-		Unfinished: e.unfinished(),
-		Completed:  e.completed.Load(),
+		Unfinished: e.unfinishedAfter(completed),
+		Completed:  completed,
 		Dropped:    e.dropped.Load(),
 		Panicked:   e.panicked.Load(),
 		MaxWorkers: int(e.maxWorkers.Load()),
 	}
+}
+
+// finished returns the number of tasks that workers have finished, exactly:
+// the workers' own counts, including what they have not yet published.
+func (e *Engine[T]) finished() uint64 {
+	e.allMu.Lock()
+	defer e.allMu.Unlock()
+	n := e.retired
+	for _, w := range e.all {
+		n += w.finished.Load()
+	}
+	return n
+}
+
+// enlist adds w to the live workers.
+func (e *Engine[T]) enlist(w *worker[T]) {
+	e.allMu.Lock()
+	w.slot = len(e.all)
+	e.all = append(e.all, w)
+	e.allMu.Unlock()
+}
+
+// delist removes w from the live workers, keeping its count, and returns
+// the memory of a burst of workers once most have gone.
+func (e *Engine[T]) delist(w *worker[T]) {
+	e.allMu.Lock()
+	e.retired += w.finished.Load()
+	last := len(e.all) - 1
+	e.all[w.slot] = e.all[last]
+	e.all[w.slot].slot = w.slot
+	e.all[last] = nil
+	e.all = e.all[:last]
+	if cap(e.all) > 64 && len(e.all) < cap(e.all)/4 {
+		e.all = append([]*worker[T](nil), e.all...)
+	}
+	e.allMu.Unlock()
 }

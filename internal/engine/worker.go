@@ -30,6 +30,8 @@ type worker[T any] struct {
 	idlePrev, idleNext *worker[T]    // idle list links, guarded by e.idleMu
 	parked             bool          // on the idle list, guarded by e.idleMu
 	ended              *endedTask[T] // a task that left loop by neither return nor panic
+	finished           atomic.Uint64 // tasks run to an end; written by this worker only
+	slot               int           // index in e.all, guarded by e.allMu
 }
 
 // endedTask is a task that called runtime.Goexit, or panic(nil) under
@@ -122,8 +124,10 @@ func (w *worker[T]) work() {
 	e := w.e
 	e.starting.Add(-1)
 	e.alive.Add(1)
+	e.enlist(w)
 	var done func()
 	defer func() {
+		e.delist(w)
 		if w.ended != nil {
 			// runtime.Goexit in a task, or a panic about to crash the
 			// program: this goroutine ends now. Hand its slot to a new
@@ -190,6 +194,7 @@ func (w *worker[T]) loop(searching bool) (retired bool) {
 			}
 		}
 		w.done++ // the task that panicked or called runtime.Goexit
+		w.finished.Add(1)
 		w.flush(true)
 	}()
 	for {
@@ -200,6 +205,7 @@ func (w *worker[T]) loop(searching bool) (retired bool) {
 		}
 		searching = false
 		w.run(t)
+		w.finished.Add(1)
 		if w.done++; w.done >= completionBatch || e.bounded {
 			w.flush(false)
 		}
