@@ -104,7 +104,10 @@ func TestStreamPanicStopsCallbacks(t *testing.T) {
 	leak.Check(t)
 	p := crew.New(4)
 	defer p.Stop()
-	s := crew.NewStream(context.Background(), p)
+	// Task 5 waits for task 6, so the window must hold all seven: with a
+	// full window, Go(6) would wait (or run task 5 itself) and task 6
+	// would never be submitted.
+	s := crew.NewStream(context.Background(), p, crew.WithLimit(7))
 	var got []int
 	gate := make(chan struct{})
 	fiveDone := make(chan struct{})

@@ -137,7 +137,7 @@ func (w *worker[T]) work() {
 			}
 			e.release(0)
 			if e.unfinished() > 0 {
-				e.spawn()
+				e.wake()
 			}
 		}
 		// Exit waits for this, so Stop returns only after the worker's
@@ -231,7 +231,13 @@ func (w *worker[T]) next(searching bool) (t T, ok bool) {
 	e := w.e
 	if !searching {
 		if e.workers.Load() > e.maxWorkers.Load() && e.release(e.maxWorkers.Load()) {
-			w.flush(true) // shrunk by Resize
+			// Shrunk by Resize. A producer that found every slot taken
+			// woke nobody and left its task to the running workers: if
+			// the others are parked, wake one for it.
+			w.flush(true)
+			if e.queued() > 0 {
+				e.wake()
+			}
 			return t, false
 		}
 		if t, ok = e.pop(w.home, false); ok {
