@@ -78,7 +78,10 @@
 // caller's stack. Wait then reports ErrInWorker, and a push waits for room
 // unless every worker is a task waiting the same way, when it fails.
 //
-// Idle workers retire after an idle timeout, down to a minimum. Queue chunks
+// A parked worker waits on a mutex of its own rather than a channel and a
+// timer, so starting a worker allocates only the worker and its goroutine.
+// Idle workers retire after an idle timeout, down to a minimum: one timer
+// per engine retires them oldest first (idle.go). Queue chunks
 // double in size as a backlog grows and a drained shard keeps one small
 // chunk, so a backlog of n tasks costs about log2(n) allocations and the
 // memory of a burst is returned.

@@ -102,9 +102,11 @@ type Engine[T any] struct {
 	nextHome    atomic.Uint32
 	idleTime    time.Duration
 
-	idleMu  sync.Mutex
-	idle    idleList[T] // parked workers, most recently parked first
-	exiting bool        // guarded by idleMu: workers must not park
+	idleMu      sync.Mutex
+	idle        idleList[T] // parked workers, most recently parked first
+	exiting     bool        // guarded by idleMu: workers must not park
+	reaper      *time.Timer // retires workers parked for idleTime (see reap)
+	reaperArmed bool        // guarded by idleMu
 
 	completed atomic.Uint64 // published by workers in batches; Wait relies on it
 	dropped   atomic.Uint64
@@ -315,7 +317,7 @@ func (e *Engine[T]) wakeIfStale(depth uint64) {
 	if e.starting.Load() == 0 && depth < staleEvery {
 		return
 	}
-	now := int64(time.Since(e.epoch))
+	now := e.now()
 	last := e.lastWake.Load()
 	if now-last > int64(staleWake) && e.lastWake.CompareAndSwap(last, now) {
 		e.wake()
@@ -479,7 +481,10 @@ func (e *Engine[T]) Exit() {
 	for w := e.idle.pop(); w != nil; w = e.idle.pop() {
 		e.searching.Add(1)
 		e.starting.Add(1)
-		w.wake <- struct{}{}
+		w.sem.Unlock()
+	}
+	if e.reaper != nil {
+		e.reaper.Stop()
 	}
 	e.idleMu.Unlock()
 	e.exitSig.Wait(nil, func() bool { return e.workers.Load() == exitBit && e.alive.Load() == 0 })

@@ -3,8 +3,8 @@ package engine
 import (
 	"runtime"
 	"runtime/debug"
+	"sync"
 	"sync/atomic"
-	"time"
 )
 
 const (
@@ -25,10 +25,12 @@ type worker[T any] struct {
 	run                func(T)
 	home               uint32
 	done               int64         // finished tasks not yet subtracted from e.state
-	wake               chan struct{} // buffered(1): a waker's go-ahead
-	timer              *time.Timer   // idle timeout, made at the first park
+	sem                sync.Mutex    // locked but while a go-ahead is pending; a parked worker waits in Lock
 	idlePrev, idleNext *worker[T]    // idle list links, guarded by e.idleMu
 	parked             bool          // on the idle list, guarded by e.idleMu
+	asleep             bool          // parked and past its last look, guarded by e.idleMu
+	retire             bool          // set by the reaper before its go-ahead
+	parkedAt           int64         // e.now() when parked, guarded by e.idleMu
 	ended              *endedTask[T] // a task that left loop by neither return nor panic
 	finished           atomic.Uint64 // tasks run to an end; written by this worker only
 	slot               int           // index in e.all, guarded by e.allMu
@@ -50,14 +52,14 @@ func (e *Engine[T]) wake() {
 			e.searching.Add(1)
 			e.starting.Add(1)
 			e.idleMu.Unlock()
-			e.lastWake.Store(int64(time.Since(e.epoch)))
-			w.wake <- struct{}{}
+			e.lastWake.Store(e.now())
+			w.sem.Unlock()
 			return
 		}
 		e.idleMu.Unlock()
 	}
 	if e.spawn() {
-		e.lastWake.Store(int64(time.Since(e.epoch)))
+		e.lastWake.Store(e.now())
 	}
 }
 
@@ -74,7 +76,8 @@ func (e *Engine[T]) spawn() bool {
 	}
 	e.searching.Add(1)
 	e.starting.Add(1)
-	w := &worker[T]{e: e, home: e.nextHome.Add(1), wake: make(chan struct{}, 1)}
+	w := &worker[T]{e: e, home: e.nextHome.Add(1)}
+	w.sem.Lock() // no go-ahead yet
 	if e.start == nil {
 		go w.main()
 	} else if !e.start(w.main) {
@@ -310,7 +313,9 @@ func (w *worker[T]) park() (t T, r parkResult) {
 		e.release(0)
 		return t, retire
 	}
+	w.parkedAt = e.now()
 	e.idle.push(w)
+	e.armReaper(e.idleTime)
 	e.idleMu.Unlock()
 
 	// A producer may have pushed after our last scan, seen no searcher and,
@@ -324,79 +329,22 @@ func (w *worker[T]) park() (t T, r parkResult) {
 		e.idleMu.Unlock()
 		if !listed {
 			// A waker took us off the list and counted us as a searcher:
-			// take its go-ahead and return the count.
-			<-w.wake
+			// take its go-ahead and return the count. (The reaper leaves
+			// a worker alone until it is asleep.)
+			w.sem.Lock()
 			e.searching.Add(-1)
 			e.starting.Add(-1)
 		}
 		return t, gotTask
 	}
 
-	if w.timer == nil {
-		w.timer = time.NewTimer(e.idleTime)
-	} else {
-		w.timer.Reset(e.idleTime)
+	e.idleMu.Lock()
+	w.asleep = w.parked // if not, a waker took us: its go-ahead is on its way
+	e.idleMu.Unlock()
+	w.sem.Lock()
+	if w.retire { // the reaper took us off the list and our slot with it
+		return t, retire
 	}
-	for {
-		select {
-		case <-w.wake:
-			e.starting.Add(-1)
-			return t, woken
-		case <-w.timer.C:
-		}
-		e.idleMu.Lock()
-		if !w.parked { // a waker took us off the list; its go-ahead follows
-			e.idleMu.Unlock()
-			<-w.wake
-			e.starting.Add(-1)
-			return t, woken
-		}
-		if e.release(e.minWorkers.Load()) {
-			e.idle.remove(w)
-			e.idleMu.Unlock()
-			return t, retire
-		}
-		e.idleMu.Unlock()
-		w.timer.Reset(e.idleTime)
-	}
-}
-
-// idleList is a doubly linked list of parked workers. Wakers take the most
-// recently parked worker, whose stack and caches are warmest; the idle
-// timeout removes workers from anywhere in the list.
-type idleList[T any] struct {
-	head *worker[T]
-	n    atomic.Int32 // read without the lock to skip it when empty
-}
-
-func (l *idleList[T]) push(w *worker[T]) {
-	w.idlePrev, w.idleNext = nil, l.head
-	if l.head != nil {
-		l.head.idlePrev = w
-	}
-	l.head = w
-	w.parked = true
-	l.n.Add(1)
-}
-
-func (l *idleList[T]) pop() *worker[T] {
-	w := l.head
-	if w != nil {
-		l.remove(w)
-	}
-	return w
-}
-
-func (l *idleList[T]) remove(w *worker[T]) {
-	if w.idlePrev != nil {
-		w.idlePrev.idleNext = w.idleNext
-	} else {
-		l.head = w.idleNext
-	}
-	if w.idleNext != nil {
-		w.idleNext.idlePrev = w.idlePrev
-	}
-	w.idlePrev, w.idleNext = nil, nil
-	w.parked = false
-	l.n.Add(-1)
+	e.starting.Add(-1)
+	return t, woken
 }

@@ -1,0 +1,103 @@
+package engine
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+// A parked worker waits in Lock on a mutex of its own (worker.sem), which
+// is locked whenever no go-ahead is pending: a waker that takes the worker
+// off the idle list unlocks it, exactly once. Unlike a channel and a timer
+// per worker, this costs no allocation, and parking resets no timer.
+//
+// Idle workers retire after the idle timeout. One timer per engine, the
+// reaper, serves them all: the idle list is ordered by the time of parking,
+// so the reaper retires from the oldest end and sleeps until the next one
+// is due.
+
+// now returns the monotonic time since the engine started, in nanoseconds.
+func (e *Engine[T]) now() int64 { return int64(time.Since(e.epoch)) }
+
+// armReaper makes sure the reaper runs within d. Called with e.idleMu held.
+func (e *Engine[T]) armReaper(d time.Duration) {
+	if e.reaperArmed {
+		return
+	}
+	e.reaperArmed = true
+	if e.reaper == nil {
+		e.reaper = time.AfterFunc(d, e.reap)
+	} else {
+		e.reaper.Reset(d)
+	}
+}
+
+// reap retires the workers parked for the idle timeout or longer, oldest
+// first and down to MinWorkers, then sleeps until the next one is due. It
+// runs on the reaper timer's goroutine.
+func (e *Engine[T]) reap() {
+	e.idleMu.Lock()
+	defer e.idleMu.Unlock()
+	e.reaperArmed = false
+	for w := e.idle.tail; w != nil; w = e.idle.tail {
+		due := time.Duration(w.parkedAt + int64(e.idleTime) - e.now())
+		if !w.asleep {
+			// Still taking its last look at the queues: it may be about to
+			// run a task, so its slot is not ours to take yet.
+			due = max(due, e.idleTime/8)
+		}
+		if due > 0 {
+			e.armReaper(due)
+			return
+		}
+		if !e.release(e.minWorkers.Load()) {
+			return // at the minimum: the rest stay parked
+		}
+		e.idle.remove(w)
+		w.retire = true
+		w.sem.Unlock()
+	}
+}
+
+// idleList is a doubly linked list of parked workers, most recently parked
+// first. Wakers take the head, whose stack and caches are warmest; the
+// reaper takes the tail.
+type idleList[T any] struct {
+	head, tail *worker[T]
+	n          atomic.Int32 // read without the lock to skip it when empty
+}
+
+func (l *idleList[T]) push(w *worker[T]) {
+	w.idlePrev, w.idleNext = nil, l.head
+	if l.head != nil {
+		l.head.idlePrev = w
+	} else {
+		l.tail = w
+	}
+	l.head = w
+	w.parked, w.asleep = true, false
+	l.n.Add(1)
+}
+
+func (l *idleList[T]) pop() *worker[T] {
+	w := l.head
+	if w != nil {
+		l.remove(w)
+	}
+	return w
+}
+
+func (l *idleList[T]) remove(w *worker[T]) {
+	if w.idlePrev != nil {
+		w.idlePrev.idleNext = w.idleNext
+	} else {
+		l.head = w.idleNext
+	}
+	if w.idleNext != nil {
+		w.idleNext.idlePrev = w.idlePrev
+	} else {
+		l.tail = w.idlePrev
+	}
+	w.idlePrev, w.idleNext = nil, nil
+	w.parked, w.asleep = false, false
+	l.n.Add(-1)
+}
