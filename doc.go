@@ -23,6 +23,13 @@
 // tasks' context, drops the tasks that have not started and reports exactly
 // how many in a *ShutdownError.
 //
+// From inside one of the pool's own tasks, where waiting for the pool means
+// waiting for the caller too, these calls do not hang: Wait panics with an
+// error wrapping ErrInsideTask, Stop closes the pool and returns at once,
+// Shutdown closes it and returns ErrInsideTask. Go and Submit from inside a
+// task wait for room like any caller, unless every worker is a task doing
+// the same; then they fail with ErrQueueFull.
+//
 // # Panics
 //
 // A panic in a task is recovered by default: a Submit task's Wait returns it
