@@ -25,7 +25,7 @@ type chunk[T any] struct {
 // collector. fifo is not safe for concurrent use; a shard guards it.
 type fifo[T any] struct {
 	head, tail *chunk[T]
-	r, w       int // next read index in head, next write index in tail
+	r, w       int32 // next read index in head, next write index in tail; chunks hold at most maxChunk
 	spare      *chunk[T]
 }
 
@@ -34,7 +34,7 @@ func (q *fifo[T]) push(t T) {
 		c := q.acquire(minChunk)
 		q.head, q.tail = c, c
 	}
-	if q.w == len(q.tail.items) {
+	if int(q.w) == len(q.tail.items) {
 		c := q.acquire(min(2*len(q.tail.items), maxChunk))
 		q.tail.next = c
 		q.tail = c
@@ -59,7 +59,7 @@ func (q *fifo[T]) pop() (t T, ok bool) {
 		if len(c.items) > keepChunk {
 			q.head, q.tail = nil, nil
 		}
-	case c != q.tail && q.r == len(c.items):
+	case c != q.tail && int(q.r) == len(c.items):
 		q.head = c.next
 		q.r = 0
 		c.next = nil
