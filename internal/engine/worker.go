@@ -24,8 +24,8 @@ type worker[T any] struct {
 	e                  *Engine[T]
 	run                func(T)
 	home               uint32
-	done               int64         // finished tasks not yet subtracted from e.state
-	sem                sync.Mutex    // locked but while a go-ahead is pending; a parked worker waits in Lock
+	done               int64         // finished tasks not yet published to e.completed
+	sem                sync.Mutex    // locked except while a go-ahead is pending; a parked worker waits in Lock
 	idlePrev, idleNext *worker[T]    // idle list links, guarded by e.idleMu
 	parked             bool          // on the idle list, guarded by e.idleMu
 	asleep             bool          // parked and past its last look, guarded by e.idleMu
