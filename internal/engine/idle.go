@@ -43,7 +43,7 @@ func (e *Engine[T]) reap() {
 		if !w.asleep {
 			// Still taking its last look at the queues: it may be about to
 			// run a task, so its slot is not ours to take yet.
-			due = max(due, e.idleTime/8)
+			due = max(due, e.idleTime/8, time.Microsecond)
 		}
 		if due > 0 {
 			e.armReaper(due)
