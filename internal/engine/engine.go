@@ -34,7 +34,7 @@ const (
 
 	// Every staleEvery-th push into a shard checks whether the searchers
 	// producers rely on are stale (see wakeIfStale).
-	staleEvery = 64
+	staleEvery = 16
 
 	// staleWake is how long a woken worker may take to start looking for
 	// work before producers stop trusting it (see wakeIfStale).
