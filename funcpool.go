@@ -275,19 +275,7 @@ func (c *funcCore[T]) stats() Stats {
 	if c == nil || c.e == nil {
 		return Stats{}
 	}
-	s := c.e.Stats()
-	return Stats{
-		MaxWorkers: s.MaxWorkers,
-		Workers:    s.Workers,
-		Idle:       s.Idle,
-		Running:    int(max(0, s.Unfinished-s.Queued)),
-		Queued:     int(s.Queued),
-		Submitted:  s.Completed + s.Dropped + uint64(s.Unfinished),
-		Completed:  s.Completed,
-		Failed:     c.failed.Load(),
-		Panicked:   s.Panicked,
-		Dropped:    s.Dropped,
-	}
+	return statsOf(c.e.Stats(), c.failed.Load(), 0)
 }
 
 func (c *funcCore[T]) context() context.Context {

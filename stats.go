@@ -1,5 +1,7 @@
 package crew
 
+import "github.com/gocrew/crew/internal/engine"
+
 // Stats is a snapshot of a pool's counters. The fields are read one at a
 // time while tasks run, so they agree with each other exactly only when the
 // pool is quiet.
@@ -18,12 +20,18 @@ type Stats struct {
 }
 
 // Stats returns a snapshot of the pool's counters. It takes no lock that
-// tasks wait for; its cost grows with GOMAXPROCS, not with the pool's size.
+// tasks wait for; it reads each worker's own count of finished tasks, so
+// its cost grows with the live workers (a few nanoseconds each).
 func (p *Pool) Stats() Stats {
 	if p.unusable() {
 		return Stats{}
 	}
-	s := p.e.Stats()
+	return statsOf(p.e.Stats(), p.failed.Load(), p.panicked.Load())
+}
+
+// statsOf turns the engine's counters into Stats, adding the failures and
+// panics that the layer above the engine counts itself.
+func statsOf(s engine.Stats, failed, panicked uint64) Stats {
 	return Stats{
 		MaxWorkers: s.MaxWorkers,
 		Workers:    s.Workers,
@@ -32,8 +40,8 @@ func (p *Pool) Stats() Stats {
 		Queued:     int(s.Queued),
 		Submitted:  s.Completed + s.Dropped + uint64(s.Unfinished),
 		Completed:  s.Completed,
-		Failed:     p.failed.Load(),
-		Panicked:   s.Panicked + p.panicked.Load(),
+		Failed:     failed,
+		Panicked:   s.Panicked + panicked,
 		Dropped:    s.Dropped,
 	}
 }
