@@ -28,7 +28,9 @@
 // error wrapping ErrInsideTask, Stop closes the pool and returns at once,
 // Shutdown closes it and returns ErrInsideTask. Go and Submit from inside a
 // task wait for room like any caller, unless every worker is a task doing
-// the same; then they fail with ErrQueueFull.
+// the same; then they fail with ErrQueueFull. The Wait of a Keyed, Priority
+// or RateLimited likewise panics with ErrInsideTask when called from inside
+// one of that layer's own tasks; any other task may wait for a layer.
 //
 // # Panics
 //

@@ -18,7 +18,9 @@ var (
 
 	// ErrInsideTask is wrapped by the errors of calls that cannot work from
 	// inside one of the pool's own tasks because they would wait for the
-	// calling task itself: Wait panics with it, Shutdown returns it.
+	// calling task itself: Wait panics with it, Shutdown returns it. The
+	// Wait of a Keyed, Priority or RateLimited panics with it when called
+	// from inside one of that layer's own tasks.
 	ErrInsideTask = engine.ErrInWorker
 
 	// ErrNilTask is returned when the task function is nil.

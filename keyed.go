@@ -106,7 +106,7 @@ type keyQueue[K comparable] struct {
 	// to the executor; other producers of the key wait meanwhile, and the
 	// queue is neither removed nor reused (that Go still refers to it).
 	starting bool
-	step     func() // kq.run, made once
+	step     func() // kq.run under k's number (see layer.mark), made once
 
 	// WithKeyRate only.
 	b     tokenBucket
@@ -199,9 +199,15 @@ func (k *Keyed[K]) Submit(key K, task func(ctx context.Context) error) *Task {
 // Wait blocks until every task queued on k has finished or been dropped.
 // Tasks queued while it waits count too. When it returns, every key that
 // has no bucket refilling has been deleted.
+//
+// Called from inside one of k's own tasks, which it would wait for
+// forever, Wait panics with an error wrapping ErrInsideTask, like
+// Pool.Wait. Any other caller may wait, a plain task of the pool or a task
+// of another layer included. Recognising the caller costs microseconds,
+// and only when Wait is about to block.
 func (k *Keyed[K]) Wait() {
 	if k.l.ex != nil {
-		k.l.wait()
+		k.l.wait("Keyed")
 	}
 }
 
@@ -279,7 +285,7 @@ func (k *Keyed[K]) newQueue(sh *keyShard[K], key K) *keyQueue[K] {
 	kq, _ := k.free.Get().(*keyQueue[K])
 	if kq == nil {
 		kq = &keyQueue[K]{k: k}
-		kq.step = kq.run
+		kq.step = k.l.mark(kq.run)
 	}
 	kq.sh, kq.key = sh, key
 	if k.perKey {

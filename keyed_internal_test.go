@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gocrew/crew/internal/engine"
 	"github.com/gocrew/crew/internal/leak"
 )
 
@@ -117,5 +118,25 @@ func checkBucketBound(t *testing.T, ts []int64, b tokenBucket) {
 				t.Fatalf("%d starts within %v: the bucket allows %d", j-i+1, time.Duration(ts[j]-ts[i]), b.cap+(ts[j]-ts[i])/b.e)
 			}
 		}
+	}
+}
+
+// A marked step runs under its own layer's number only, which is what the
+// layer's Wait looks for, and a run of it allocates nothing: the marked
+// func is made once per step func (Keyed: per key queue).
+func TestLayerMarkedStepRunsUnderItsNumber(t *testing.T) {
+	leak.Check(t)
+	p := New(1)
+	defer p.Stop()
+	k, q := NewKeyed[int](p), NewPriority(p)
+	var inK, inQ bool
+	k.l.mark(func() { inK, inQ = engine.CallerIs(k.l.id), engine.CallerIs(q.l.id) })()
+	if !inK || inQ {
+		t.Errorf("inside a step of k: under k's number %v, under q's %v; want true, false", inK, inQ)
+	}
+	n := 0
+	step := k.l.mark(func() { n++ })
+	if a := testing.AllocsPerRun(1000, step); a != 0 || n == 0 {
+		t.Errorf("a marked step: %v allocations per run (ran %d times), want 0", a, n)
 	}
 }

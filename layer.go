@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gocrew/crew/internal/engine"
 	"github.com/gocrew/crew/internal/notify"
 )
 
@@ -28,6 +29,14 @@ import (
 // on the pool's context, made at the first task; the layer's Wait undoes it
 // when it returns, so a layer made for one job and waited for is not kept
 // alive by its pool.
+//
+// A layer's Wait cannot work from inside one of its own tasks, which it
+// would wait for forever: like Pool.Wait, it panics with an error wrapping
+// ErrInsideTask instead. The pool's own check does not serve: a layer's
+// task is one of the pool's, but so is a plain task, which may wait for a
+// layer. So each layer has a number of its own, and its steps run under it
+// (engine.RunAs, a few calls per step); Wait looks for it on the caller's
+// stack (engine.CallerIs, microseconds) only when it is about to block.
 
 // An Executor is what Keyed and Priority run their tasks on: a *Pool, or a
 // *RateLimited, which starts them on its pool at a bounded rate. Only crew's
@@ -148,6 +157,7 @@ func newLayerTask(p *Pool, task func(context.Context) error) (*Task, error) {
 type layer struct {
 	ex Executor
 	p  *Pool
+	id uint64 // its steps run under it (see mark)
 
 	unfinished atomic.Int64
 	dropped    atomic.Uint64
@@ -168,7 +178,15 @@ func (l *layer) init(ex Executor, what string, abandon func()) {
 	}
 	l.ex = ex
 	l.p = ex.layerPool()
+	l.id = engine.NewID()
 	l.abandon = abandon
+}
+
+// mark returns step made to run under l's number, so that wait recognises
+// a call from inside it. Call it once per step func, not per submission:
+// the func it returns is allocated once and costs a few calls per run.
+func (l *layer) mark(step func()) func() {
+	return func() { engine.RunAs(l.id, step) }
 }
 
 // refuses reports why the layer's pool takes no new work, or nil.
@@ -231,8 +249,13 @@ func (l *layer) poolDone() {
 }
 
 // wait blocks until the layer has no unfinished task, then undoes the link
-// to the pool's context if the layer is still idle.
-func (l *layer) wait() {
+// to the pool's context if the layer is still idle. Called from inside one
+// of the layer's own steps, it panics with an error wrapping ErrInsideTask
+// that names what (the layer's type) instead of waiting for itself.
+func (l *layer) wait(what string) {
+	if l.unfinished.Load() > 0 && engine.CallerIs(l.id) {
+		panic(fmt.Errorf("%w: %s.Wait would wait for the task that called it, one of the %s's own", ErrInsideTask, what, what))
+	}
 	l.idle.Wait(nil, func() bool { return l.unfinished.Load() <= 0 })
 	l.linkMu.Lock()
 	if l.isLinked.Load() {

@@ -43,7 +43,7 @@ type Priority struct {
 	l     layer
 	clock nanoClock
 	aging int64  // nanoseconds per priority level; 0: strict priorities
-	step  func() // q.run, made once
+	step  func() // q.run under q's number (see layer.mark), made once
 
 	mu      sync.Mutex
 	h       []prioItem   // a 4-ary min-heap on (key, seq)
@@ -97,7 +97,7 @@ func NewPriority(ex Executor, opts ...PriorityOption) *Priority {
 		o(q)
 	}
 	q.l.init(ex, "NewPriority", q.abandon)
-	q.step = q.run
+	q.step = q.l.mark(q.run)
 	return q
 }
 
@@ -139,9 +139,15 @@ func (q *Priority) Submit(prio int, task func(ctx context.Context) error) *Task 
 
 // Wait blocks until every task queued on q has finished or been dropped.
 // Tasks queued while it waits count too.
+//
+// Called from inside one of q's own tasks, which it would wait for
+// forever, Wait panics with an error wrapping ErrInsideTask, like
+// Pool.Wait. Any other caller may wait, a plain task of the pool or a task
+// of another layer included. Recognising the caller costs microseconds,
+// and only when Wait is about to block.
 func (q *Priority) Wait() {
 	if q.l.ex != nil {
-		q.l.wait()
+		q.l.wait("Priority")
 	}
 }
 

@@ -81,7 +81,7 @@ func (b *tokenBucket) at(m int64) int64 { return b.tat - (b.cap-m)*b.e }
 type RateLimited struct {
 	l     layer
 	clock nanoClock
-	step  func() // r.run, made once
+	step  func() // r.run under r's number (see layer.mark), made once
 
 	mu       sync.Mutex
 	b        tokenBucket
@@ -111,7 +111,7 @@ func NewRateLimited(p *Pool, r Rate) *RateLimited {
 	}
 	rl := &RateLimited{b: b, clock: newNanoClock(), timerAt: -1}
 	rl.l.init(p, "NewRateLimited", rl.abandon)
-	rl.step = rl.run
+	rl.step = rl.l.mark(rl.run)
 	return rl
 }
 
@@ -150,9 +150,16 @@ func (r *RateLimited) Submit(task func(ctx context.Context) error) *Task {
 
 // Wait blocks until every task queued on r has started and finished, or
 // been dropped. Tasks queued while it waits count too.
+//
+// Called from inside one of r's own tasks, which it would wait for
+// forever, Wait panics with an error wrapping ErrInsideTask, like
+// Pool.Wait. The tasks of a Keyed or Priority built on r are r's tasks
+// too. Any other caller may wait, a plain task of the pool included.
+// Recognising the caller costs microseconds, and only when Wait is about
+// to block.
 func (r *RateLimited) Wait() {
 	if r.l.ex != nil {
-		r.l.wait()
+		r.l.wait("RateLimited")
 	}
 }
 

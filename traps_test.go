@@ -281,6 +281,141 @@ func TestTrapShutdownInsideTask(t *testing.T) {
 	})
 }
 
+// layerOnPool is a layer made on a fresh pool for a trap test: its Go (with
+// a key or priority of its choice) and Wait, and the name its Wait's panic
+// must carry.
+type layerOnPool struct {
+	test, name string
+	make       func(p *crew.Pool) (goFn func(func()) error, wait func())
+}
+
+// layersOnPool are the layers whose Wait must recognise its own tasks,
+// alone and stacked (a Keyed's tasks are its RateLimited's tasks too).
+func layersOnPool() []layerOnPool {
+	rate := crew.Rate{Limit: 1_000_000, Per: time.Second, Burst: 1_000}
+	return []layerOnPool{
+		{"Keyed", "Keyed.Wait", func(p *crew.Pool) (func(func()) error, func()) {
+			k := crew.NewKeyed[string](p)
+			return func(f func()) error { return k.Go("a", f) }, k.Wait
+		}},
+		{"Priority", "Priority.Wait", func(p *crew.Pool) (func(func()) error, func()) {
+			q := crew.NewPriority(p)
+			return func(f func()) error { return q.Go(0, f) }, q.Wait
+		}},
+		{"RateLimited", "RateLimited.Wait", func(p *crew.Pool) (func(func()) error, func()) {
+			r := crew.NewRateLimited(p, rate)
+			return r.Go, r.Wait
+		}},
+		{"KeyedOnRateLimited", "Keyed.Wait", func(p *crew.Pool) (func(func()) error, func()) {
+			k := crew.NewKeyed[string](crew.NewRateLimited(p, rate))
+			return func(f func()) error { return k.Go("a", f) }, k.Wait
+		}},
+		{"RateLimitedUnderKeyed", "RateLimited.Wait", func(p *crew.Pool) (func(func()) error, func()) {
+			r := crew.NewRateLimited(p, rate)
+			k := crew.NewKeyed[string](r)
+			return func(f func()) error { return k.Go("a", f) }, r.Wait
+		}},
+	}
+}
+
+// A task of a Keyed, Priority or RateLimited that calls that layer's Wait
+// would wait for itself: Wait panics with an error wrapping ErrInsideTask
+// that names it, and the layer goes on.
+func TestTrapLayerWaitInsideOwnTask(t *testing.T) {
+	leak.Check(t)
+	for _, c := range layersOnPool() {
+		t.Run(c.test, func(t *testing.T) { testLayerWaitInsideOwnTask(t, c) })
+	}
+}
+
+// testLayerWaitInsideOwnTask has a task of c's layer call c's Wait, and
+// recovers the panic inside the task.
+func testLayerWaitInsideOwnTask(t *testing.T, c layerOnPool) {
+	p := crew.New(4)
+	goFn, wait := c.make(p)
+	got := make(chan any, 1) // what the task's Wait panicked with
+	err := goFn(func() {
+		defer func() { got <- recover() }()
+		wait()
+		t.Errorf("%s inside one of its own tasks returned", c.name)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v any
+	if !mustReturn(t, trapDeadline, c.name+" from inside one of its own tasks", func() { v = <-got }) {
+		t.FailNow()
+	}
+	if err, _ := v.(error); !errors.Is(err, crew.ErrInsideTask) || !strings.Contains(err.Error(), c.name) {
+		t.Errorf("%s inside one of its own tasks panicked with %v, want an ErrInsideTask naming %s", c.name, v, c.name)
+	}
+	// The layer still works, and Wait from outside still waits.
+	var ran atomic.Bool
+	if err := goFn(func() { ran.Store(true) }); err != nil {
+		t.Fatal(err)
+	}
+	mustReturn(t, trapDeadline, c.name+" from outside", wait)
+	if !ran.Load() {
+		t.Errorf("%s from outside returned before the task ran", c.name)
+	}
+	mustReturn(t, trapDeadline, "Stop", p.Stop)
+}
+
+// A layer's Wait from a task that is not one of the layer's own is
+// legitimate, though the task runs on the same pool: a plain task, or a
+// task of another layer, waits until the layer is idle, without a panic.
+func TestTrapLayerWaitFromAnotherTask(t *testing.T) {
+	leak.Check(t)
+	t.Run("PlainTask", func(t *testing.T) {
+		testLayerWaitFromAnotherTask(t, func(p *crew.Pool) func(func()) error { return p.Go })
+	})
+	t.Run("TaskOfAnotherKeyed", func(t *testing.T) {
+		testLayerWaitFromAnotherTask(t, func(p *crew.Pool) func(func()) error {
+			a := crew.NewKeyed[int](p)
+			return func(f func()) error { return a.Go(1, f) }
+		})
+	})
+}
+
+// testLayerWaitFromAnotherTask makes a Keyed b with a task that runs until
+// released, and has a task submitted by the Go that goFn returns wait for b.
+func testLayerWaitFromAnotherTask(t *testing.T, goFn func(p *crew.Pool) func(func()) error) {
+	p := crew.New(4)
+	b := crew.NewKeyed[string](p)
+	release := make(chan struct{})
+	var finished atomic.Bool
+	if err := b.Go("b", func() { <-release; finished.Store(true) }); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan any, 1) // whether b's task had finished when Wait returned, or Wait's panic
+	err := goFn(p)(func() {
+		defer func() {
+			if v := recover(); v != nil {
+				got <- v
+			}
+		}()
+		b.Wait()
+		got <- finished.Load()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Let the waiter take the path that blocks (b has a task), where it
+	// looks at its stack, before b's task finishes; or panic.
+	waitUntil(t, trapDeadline, "the task to wait for the Keyed", func() bool {
+		return len(got) > 0 || strings.Contains(goroutineDump(), "crew.(*layer).wait(")
+	})
+	close(release)
+	var v any
+	if !mustReturn(t, trapDeadline, "Keyed.Wait from another task", func() { v = <-got }) {
+		t.FailNow()
+	}
+	if v != true {
+		t.Errorf("Keyed.Wait from another task: %v, want it to return once the Keyed's task finished", v)
+	}
+	mustReturn(t, trapDeadline, "Stop", p.Stop)
+}
+
 // fullPool returns a pool with one worker and a queue of one, both held by
 // tasks that run until release is closed.
 func fullPool(t *testing.T, opts ...crew.Option) (p *crew.Pool, release chan struct{}) {

@@ -167,7 +167,7 @@ func New[T any](cfg Config[T]) *Engine[T] {
 		queue:     int64(cfg.QueueSize),
 		idleTime:  cfg.IdleTimeout,
 		epoch:     time.Now(),
-		id:        lastID.Add(1),
+		id:        NewID(),
 	}
 	// Half the processors, as the runtime bounds its spinning threads. A
 	// spinning worker yields with runtime.Gosched, which sends it through

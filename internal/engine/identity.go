@@ -13,48 +13,136 @@ import (
 // and Go has no goroutine-local storage to ask.
 //
 // But a goroutine can read its own stack (runtime.Callers). So a worker
-// writes its engine's number onto its stack when it starts: it calls its
-// loop below one frame per binary digit of the number, bit0 for a zero and
-// bit1 for a one. Reading the caller's stack and decoding the runs of digit
-// frames tells which engines the goroutine is working for (more than one
-// when a task runs another engine's worker loop). Writing costs a few
-// function calls per started worker and nothing per task; reading walks
-// the whole stack (microseconds), so only paths that are about to block
-// read it.
+// writes its engine's number onto its stack when it starts (RunAs): it
+// calls its loop below one frame per hexadecimal digit of the number, a
+// function of its own for each digit value, between a RunAs frame
+// (outermost) and an end frame (innermost). Reading the caller's stack and
+// decoding the runs of digit frames tells which numbers the goroutine runs
+// under (more than one when a task runs another engine's worker loop).
+// Writing costs a few function calls; reading walks the whole stack
+// (microseconds), so only paths that are about to block read it. Other
+// owners of tasks (crew's layers) use the same numbers and functions to
+// mark the goroutine while it runs one of theirs.
 
-// lastID numbers engines. Numbers are never reused, so a stale digit run
-// cannot name a newer engine.
+// lastID numbers the owners of marks: engines, and whoever calls NewID.
+// Numbers are never reused, so a stale digit run cannot name a newer owner.
 var lastID atomic.Uint64
 
-// The names of withID, bit0 and bit1 as stack frames report them.
-var withIDName, bit0Name, bit1Name = funcName(withID), funcName(bit0), funcName(bit1)
+// NewID returns a number for RunAs and CallerIs that no earlier call
+// returned (and no engine uses). It costs one atomic add.
+func NewID() uint64 { return lastID.Add(1) }
+
+// RunAs calls f on the calling goroutine below frames that spell id, so
+// that CallerIs(id) reports true for every call made while f runs, at any
+// depth, on this goroutine (not on goroutines f starts). Runs nest: inside
+// RunAs(a, func() { RunAs(b, g) }), g's calls are under both a and b. id
+// must come from NewID; RunAs(0, f) just calls f.
+//
+// It costs two calls plus one per hexadecimal digit of id (five for an id
+// below 4,096), a few nanoseconds, plus the stack they take (a few words
+// each); it allocates nothing, but f escapes, so pass a func value made
+// once rather than a closure made per call.
+//
+//go:noinline
+func RunAs(id uint64, f func()) { next(id, f) }
+
+// digitBase is the base in which RunAs writes a number: one frame per
+// digit, so a larger base means fewer calls, and more digit functions.
+const digitBase = 16
+
+// digits[d] writes the digit d; digits[digitBase] ends the number and calls
+// the task. Set by init: the functions refer to digits themselves.
+var digits [digitBase + 1]func(rest uint64, f func())
+
+// next writes the lowest digit of rest, or calls f once rest is spelled
+// out. It makes one call, so that the compiler can inline it into RunAs and
+// the digit functions: each digit then costs one call.
+func next(rest uint64, f func()) {
+	d := rest % digitBase
+	if rest == 0 {
+		d = digitBase
+	}
+	digits[d](rest/digitBase, f)
+}
+
+// The frames: the lowest digit outermost, each digit function calling the
+// next one through next.
+
+//go:noinline
+func end(_ uint64, f func()) { f() }
+
+//go:noinline
+func digit0(rest uint64, f func()) { next(rest, f) }
+
+//go:noinline
+func digit1(rest uint64, f func()) { next(rest, f) }
+
+//go:noinline
+func digit2(rest uint64, f func()) { next(rest, f) }
+
+//go:noinline
+func digit3(rest uint64, f func()) { next(rest, f) }
+
+//go:noinline
+func digit4(rest uint64, f func()) { next(rest, f) }
+
+//go:noinline
+func digit5(rest uint64, f func()) { next(rest, f) }
+
+//go:noinline
+func digit6(rest uint64, f func()) { next(rest, f) }
+
+//go:noinline
+func digit7(rest uint64, f func()) { next(rest, f) }
+
+//go:noinline
+func digit8(rest uint64, f func()) { next(rest, f) }
+
+//go:noinline
+func digit9(rest uint64, f func()) { next(rest, f) }
+
+//go:noinline
+func digitA(rest uint64, f func()) { next(rest, f) }
+
+//go:noinline
+func digitB(rest uint64, f func()) { next(rest, f) }
+
+//go:noinline
+func digitC(rest uint64, f func()) { next(rest, f) }
+
+//go:noinline
+func digitD(rest uint64, f func()) { next(rest, f) }
+
+//go:noinline
+func digitE(rest uint64, f func()) { next(rest, f) }
+
+//go:noinline
+func digitF(rest uint64, f func()) { next(rest, f) }
+
+// The names of RunAs, end and the digit functions as stack frames report
+// them; digitOf maps a digit function's name to its value.
+var (
+	runAsName = funcName(RunAs)
+	endName   = funcName(end)
+	digitOf   = map[string]uint64{}
+)
+
+func init() {
+	digits = [...]func(uint64, func()){
+		digit0, digit1, digit2, digit3, digit4, digit5, digit6, digit7,
+		digit8, digit9, digitA, digitB, digitC, digitD, digitE, digitF, end,
+	}
+	for d, f := range digits[:digitBase] {
+		digitOf[funcName(f)] = uint64(d)
+	}
+}
 
 func funcName(f func(uint64, func())) string {
 	return runtime.FuncForPC(reflect.ValueOf(f).Pointer()).Name()
 }
 
-// withID calls f below the frames that spell id, lowest digit outermost.
-//
-//go:noinline
-func withID(id uint64, f func()) {
-	switch {
-	case id == 0:
-		f()
-	case id&1 == 0:
-		bit0(id>>1, f)
-	default:
-		bit1(id>>1, f)
-	}
-}
-
-//go:noinline
-func bit0(rest uint64, f func()) { withID(rest, f) }
-
-//go:noinline
-func bit1(rest uint64, f func()) { withID(rest, f) }
-
-// callerIDs returns the numbers of the engines whose worker loops are on
-// the calling goroutine's stack, innermost first.
+// callerIDs returns the numbers that the calling goroutine runs under (see
+// RunAs), innermost first.
 func callerIDs() []uint64 {
 	pcs := make([]uintptr, 64)
 	for {
@@ -67,36 +155,42 @@ func callerIDs() []uint64 {
 	}
 	var ids []uint64
 	var id uint64
+	in := false // between an end frame and its RunAs frame
 	frames := runtime.CallersFrames(pcs)
 	for more := true; more; {
 		var f runtime.Frame
 		f, more = frames.Next()
-		switch f.Function {
-		case bit0Name:
-			id <<= 1 // the innermost digit frame holds the highest digit
-		case bit1Name:
-			id = id<<1 | 1
-		case withIDName:
-			// between digit frames
-		default:
-			if id != 0 {
+		d, isDigit := digitOf[f.Function]
+		switch {
+		case f.Function == endName:
+			in, id = true, 0
+		case isDigit && in:
+			id = id*digitBase + d // the innermost digit frame holds the highest digit
+		case f.Function == runAsName:
+			if in && id != 0 {
 				ids = append(ids, id)
-				id = 0
 			}
+			in = false
 		}
+		// Any other frame (next, when not inlined) lies between.
 	}
 	return ids
 }
 
-// InWorker reports whether the calling goroutine is one of e's workers,
-// that is, whether the call comes from inside one of e's tasks. It walks
-// the caller's stack, which costs microseconds: call it only on a path
-// that is about to block.
-func (e *Engine[T]) InWorker() bool {
-	for _, id := range callerIDs() {
-		if id == e.id {
+// CallerIs reports whether the calling goroutine runs under id, that is,
+// whether the call comes from inside f of a RunAs(id, f) that has not
+// returned. It walks the caller's stack, which costs microseconds: call it
+// only on a path that is about to block.
+func CallerIs(id uint64) bool {
+	for _, got := range callerIDs() {
+		if got == id {
 			return true
 		}
 	}
 	return false
 }
+
+// InWorker reports whether the calling goroutine is one of e's workers,
+// that is, whether the call comes from inside one of e's tasks. It costs
+// what CallerIs costs: call it only on a path that is about to block.
+func (e *Engine[T]) InWorker() bool { return CallerIs(e.id) }

@@ -86,3 +86,42 @@ func TestInWorkerOnADeepStack(t *testing.T) {
 		t.Error("InWorker is false a thousand frames deep in a task")
 	}
 }
+
+func TestRunAsMarksItsCallsOnly(t *testing.T) {
+	leak.Check(t)
+	// Numbers with zero digits, every digit value and all 16 digits.
+	for _, id := range []uint64{1, 0x10, 0x1000000000000000, 0x123456789abcdef0, 1<<64 - 1} {
+		other := id ^ 0x100 // one digit apart
+		var inside, nested, otherInside bool
+		RunAs(id, func() {
+			inside = CallerIs(id)
+			otherInside = CallerIs(other)
+			RunAs(other, func() { nested = CallerIs(id) && CallerIs(other) })
+		})
+		switch {
+		case !inside:
+			t.Errorf("CallerIs(%#x) is false inside RunAs(%#x)", id, id)
+		case otherInside:
+			t.Errorf("CallerIs(%#x) is true inside RunAs(%#x) only", other, id)
+		case !nested:
+			t.Errorf("nested RunAs(%#x) inside RunAs(%#x): not under both", other, id)
+		case CallerIs(id):
+			t.Errorf("CallerIs(%#x) is true after RunAs returned", id)
+		}
+	}
+	ran := false
+	RunAs(0, func() { ran = !CallerIs(0) })
+	if !ran {
+		t.Error("RunAs(0, f) did not run f, or CallerIs(0) is true")
+	}
+}
+
+func TestRunAsAllocatesNothing(t *testing.T) {
+	leak.Check(t)
+	id := NewID()
+	n := 0
+	f := func() { n++ }
+	if allocs := testing.AllocsPerRun(100, func() { RunAs(id, f) }); allocs != 0 || n == 0 {
+		t.Errorf("RunAs: %v allocations per call (f ran %d times), want 0", allocs, n)
+	}
+}

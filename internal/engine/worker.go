@@ -121,7 +121,7 @@ func (w *worker[T]) flush(idle bool) {
 
 // main is the worker's goroutine. It runs below the frames that spell the
 // engine's number (see InWorker).
-func (w *worker[T]) main() { withID(w.e.id, w.work) }
+func (w *worker[T]) main() { RunAs(w.e.id, w.work) }
 
 func (w *worker[T]) work() {
 	e := w.e
