@@ -123,27 +123,6 @@ type Engine[T any] struct {
 	exitSig  notify.Cond // the last worker exited
 }
 
-// shard is one of the engine's queues. Producers and workers both write its
-// lock, counters and queue indices for every task, so those fit in one
-// 64-byte line (128 bytes with the padding that keeps two shards apart):
-// each transfer of that line between cores is most of what a task costs.
-type shard[T any] struct {
-	mu sync.Mutex
-	// Written under mu, read without it: pushed-popped is the queue length,
-	// and the sum of pushed over all shards is the number of accepted tasks.
-	pushed, popped atomic.Uint64
-	closed         bool // guarded by mu: refuse pushes
-	q              fifo[T]
-	_              [64]byte
-}
-
-// len reports the tasks in the shard. popped is read first: both counts
-// only grow and popped never passes pushed, so the result cannot wrap.
-func (s *shard[T]) len() uint64 {
-	popped := s.popped.Load()
-	return s.pushed.Load() - popped
-}
-
 // New returns a started engine. It spawns MinWorkers workers at once.
 // The caller validates cfg; New panics on values that make no sense.
 func New[T any](cfg Config[T]) *Engine[T] {
@@ -178,6 +157,9 @@ func New[T any](cfg Config[T]) *Engine[T] {
 	// woken onto the producer's own processor. On two cores this cut the
 	// p99 queue wait from about 3 ms to 0.6 ms (BenchmarkQueueWait).
 	e.maxSpinning = max(1, runtime.GOMAXPROCS(0)/2)
+	for i := range e.shards {
+		e.shards[i].init()
+	}
 	e.maxWorkers.Store(int64(cfg.MaxWorkers))
 	e.minWorkers.Store(int64(cfg.MinWorkers))
 	e.capacity.Store(capacity(int64(cfg.MaxWorkers), e.queue))
@@ -274,35 +256,21 @@ func (e *Engine[T]) hasRoom() bool {
 }
 
 // enqueue appends t to a shard and makes sure a worker will look for it.
-// The shard's closed flag, read under its lock, decides whether t is
-// accepted, so a task is either refused or counted in pushed before Close
-// returns.
+// The shard decides whether t is accepted, so a task is either refused or
+// counted before Close returns.
 func (e *Engine[T]) enqueue(t T) error {
 	if e.closed.Load() {
 		return e.refuse()
 	}
-	// A busy shard is skipped rather than waited for: with more shards than
-	// cores, one of the next few is free.
-	i := rand.Uint32()
-	s := &e.shards[i&e.mask]
-	for n := uint32(1); !s.mu.TryLock(); n++ {
-		if n > e.mask {
-			s.mu.Lock()
-			break
-		}
-		s = &e.shards[(i+n)&e.mask]
-	}
-	if s.closed {
-		s.mu.Unlock()
+	s := &e.shards[rand.Uint32()&e.mask]
+	n, ok := s.push(t)
+	if !ok {
 		return e.refuse()
 	}
-	s.q.push(t)
-	n := s.pushed.Add(1)
-	s.mu.Unlock()
 	if e.searching.Load() == 0 {
 		e.wake()
 	} else if n%staleEvery == 0 {
-		e.wakeIfStale(n - s.popped.Load())
+		e.wakeIfStale(s.len())
 	}
 	return nil
 }
@@ -362,43 +330,9 @@ func (e *Engine[T]) unfinishedAfter(completed uint64) int64 {
 	done := completed + e.dropped.Load()
 	var pushed uint64
 	for i := range e.shards {
-		pushed += e.shards[i].pushed.Load()
+		pushed += e.shards[i].pushed()
 	}
 	return int64(pushed - done)
-}
-
-// pop takes the task at the head of the first non-empty shard, starting at
-// shard i. A busy shard is skipped unless wait is set: a searcher looks
-// again anyway, but a worker's last look before it parks must not miss a
-// shard whose lock is held by someone who will not wake anybody (Close, or
-// a worker about to retire).
-//
-// Workers take one task at a time. Taking several per lock would save lock
-// traffic, but a worker blocked in one task would hide the rest from the
-// other workers, and a task that waits for one of them would deadlock the
-// pool below its limit.
-func (e *Engine[T]) pop(i uint32, wait bool) (t T, ok bool) {
-	for range e.shards {
-		s := &e.shards[i&e.mask]
-		i++
-		if s.len() == 0 {
-			continue
-		}
-		if wait {
-			s.mu.Lock()
-		} else if !s.mu.TryLock() {
-			continue
-		}
-		t, ok = s.q.pop()
-		if ok {
-			s.popped.Add(1)
-		}
-		s.mu.Unlock()
-		if ok {
-			return t, true
-		}
-	}
-	return t, false
 }
 
 // queued reports the number of tasks waiting in the shards.
@@ -426,10 +360,7 @@ func (e *Engine[T]) Wait(ctx context.Context) error {
 func (e *Engine[T]) Close() {
 	e.closed.Store(true)
 	for i := range e.shards {
-		s := &e.shards[i]
-		s.mu.Lock()
-		s.closed = true
-		s.mu.Unlock()
+		e.shards[i].close()
 	}
 	e.spaceSig.Broadcast()
 }
@@ -441,27 +372,16 @@ func (e *Engine[T]) Closed() bool { return e.closed.Load() }
 // dropped and returns how many it removed. A task is either run by a worker
 // or removed here, never both.
 func (e *Engine[T]) Drain() int {
-	total := 0
+	var dropped []T
 	for i := range e.shards {
-		s := &e.shards[i]
-		s.mu.Lock()
-		var dropped []T
-		for {
-			t, ok := s.q.pop()
-			if !ok {
-				break
-			}
-			dropped = append(dropped, t)
-		}
-		s.popped.Add(uint64(len(dropped)))
-		s.mu.Unlock()
-		for _, t := range dropped {
-			if e.drop != nil {
-				e.drop(t)
-			}
-		}
-		total += len(dropped)
+		dropped = e.shards[i].drain(dropped)
 	}
+	for _, t := range dropped {
+		if e.drop != nil {
+			e.drop(t)
+		}
+	}
+	total := len(dropped)
 	if total > 0 {
 		e.dropped.Add(uint64(total))
 		e.finish(int64(total), true)

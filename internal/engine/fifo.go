@@ -45,11 +45,10 @@ func (q *fifo[T]) push(t T) {
 }
 
 func (q *fifo[T]) pop() (t T, ok bool) {
-	c := q.head
-	if c == nil || (c == q.tail && q.r == q.w) {
+	if t, ok = q.peek(); !ok {
 		return t, false
 	}
-	t = c.items[q.r]
+	c := q.head
 	var zero T
 	c.items[q.r] = zero // let the task's closure be collected
 	q.r++
@@ -68,6 +67,15 @@ func (q *fifo[T]) pop() (t T, ok bool) {
 		}
 	}
 	return t, true
+}
+
+// peek returns the task at the head without removing it.
+func (q *fifo[T]) peek() (t T, ok bool) {
+	c := q.head
+	if c == nil || (c == q.tail && q.r == q.w) {
+		return t, false
+	}
+	return c.items[q.r], true
 }
 
 // acquire returns an empty chunk of n tasks, the spare if it fits.

@@ -339,12 +339,12 @@ func TestEngineParkLooksAtBusyShards(t *testing.T) {
 	e.Push(nil, func() { close(running); <-hold })
 	<-running
 	// A task accepted earlier, while the worker counted as a searcher (so
-	// its producer woke nobody), in a shard whose lock is now held.
+	// its producer woke nobody), in a shard whose spill queue is now locked.
 	ran := make(chan struct{})
 	s := &e.shards[0]
 	s.mu.Lock()
 	s.q.push(func() { close(ran) })
-	s.pushed.Add(1)
+	s.spilled.Add(1)
 	close(hold)
 	// The worker finishes its task, searches, and parks: either asleep in
 	// park's select (it skipped the busy shard) or waiting for the shard's

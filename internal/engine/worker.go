@@ -23,7 +23,7 @@ const (
 type worker[T any] struct {
 	e                  *Engine[T]
 	run                func(T)
-	home               uint32
+	home               uint32        // the shard pop looks at first
 	done               int64         // finished tasks not yet published to e.completed
 	sem                sync.Mutex    // locked except while a go-ahead is pending; a parked worker waits in Lock
 	idlePrev, idleNext *worker[T]    // idle list links, guarded by e.idleMu
@@ -215,6 +215,29 @@ func (w *worker[T]) loop(searching bool) (retired bool) {
 	}
 }
 
+// pop takes the task at the head of the first non-empty shard, starting at
+// the one where the worker last found a task: when producers outpace the
+// workers, that shard is the likeliest to hold more. A busy spill queue is
+// skipped unless wait is set: a searcher looks again anyway, but a
+// worker's last look before it parks must not miss a shard whose lock is
+// held by someone who will not wake anybody (Close, or a worker about to
+// retire).
+//
+// Workers take one task at a time. Taking several at once would save
+// cache-line transfers, but a worker blocked in one task would hide the
+// rest from the other workers, and a task that waits for one of them would
+// deadlock the pool below its limit.
+func (w *worker[T]) pop(wait bool) (t T, ok bool) {
+	e := w.e
+	for range e.shards {
+		if t, ok = e.shards[w.home&e.mask].pop(wait); ok {
+			return t, true
+		}
+		w.home++
+	}
+	return t, false
+}
+
 // foundWork is called by a searcher that found a task. If it was the last
 // searcher and tasks remain queued, it wakes another worker, as the Go
 // scheduler does when a spinning thread finds work: a backlog left by
@@ -243,7 +266,7 @@ func (w *worker[T]) next(searching bool) (t T, ok bool) {
 			}
 			return t, false
 		}
-		if t, ok = e.pop(w.home, false); ok {
+		if t, ok = w.pop(false); ok {
 			return t, true
 		}
 		w.flush(true)
@@ -258,7 +281,7 @@ func (w *worker[T]) next(searching bool) (t T, ok bool) {
 			spins = 1
 		}
 		for range spins {
-			if t, ok = e.pop(w.home, false); ok {
+			if t, ok = w.pop(false); ok {
 				w.foundWork()
 				return t, true
 			}
@@ -320,7 +343,7 @@ func (w *worker[T]) park() (t T, r parkResult) {
 
 	// A producer may have pushed after our last scan, seen no searcher and,
 	// before we were listed, no idle worker either. Look once more.
-	if t, ok := e.pop(w.home, true); ok {
+	if t, ok := w.pop(true); ok {
 		e.idleMu.Lock()
 		listed := w.parked
 		if listed {

@@ -1,0 +1,203 @@
+package engine
+
+import (
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gocrew/crew/internal/leak"
+)
+
+func newShard() *shard[int] {
+	s := new(shard[int])
+	s.init()
+	return s
+}
+
+// One goroutine pushing past the ring into the spill queue and popping
+// everything gets its tasks back in order, with the counts right at every
+// step: the ring first, then the spill queue moved into the ring.
+func TestShardKeepsOrderThroughSpill(t *testing.T) {
+	leak.Check(t)
+	s := newShard()
+	const n = 5*ringSize + 3
+	for i := range n {
+		if _, ok := s.push(i); !ok {
+			t.Fatalf("push %d refused", i)
+		}
+		if got := s.len(); got != uint64(i+1) {
+			t.Fatalf("after %d pushes len = %d", i+1, got)
+		}
+	}
+	if s.spills() == 0 {
+		t.Fatalf("%d pushes never spilled out of a ring of %d", n, ringSize)
+	}
+	for i := range n {
+		v, ok := s.pop(false)
+		if !ok || v != i {
+			t.Fatalf("pop %d = %d, %v", i, v, ok)
+		}
+		if got := s.len(); got != uint64(n-i-1) {
+			t.Fatalf("after %d pops len = %d", i+1, got)
+		}
+		if got := s.pushed(); got != n {
+			t.Fatalf("after %d pops pushed = %d, want %d", i+1, got, n)
+		}
+	}
+	if v, ok := s.pop(true); ok {
+		t.Fatalf("empty shard popped %d", v)
+	}
+	// Drained, the shard takes the ring path again.
+	s.push(-1)
+	if s.spills() != 0 {
+		t.Fatal("a push into a drained shard spilled")
+	}
+}
+
+// After close every push is refused and counted nowhere; what was queued
+// can still be popped.
+func TestShardClose(t *testing.T) {
+	leak.Check(t)
+	s := newShard()
+	for i := range ringSize + 1 { // one in the spill queue
+		s.push(i)
+	}
+	s.close()
+	if _, ok := s.push(99); ok {
+		t.Fatal("push after close accepted")
+	}
+	if got := s.pushed(); got != ringSize+1 {
+		t.Fatalf("pushed = %d after close, want %d", got, ringSize+1)
+	}
+	for i := range ringSize + 1 {
+		if v, ok := s.pop(false); !ok || v != i {
+			t.Fatalf("pop %d after close = %d, %v", i, v, ok)
+		}
+	}
+	if _, ok := s.pop(true); ok {
+		t.Fatal("closed, drained shard popped a task")
+	}
+}
+
+func TestShardDrain(t *testing.T) {
+	leak.Check(t)
+	s := newShard()
+	const n = 3 * ringSize
+	for i := range n {
+		s.push(i)
+	}
+	for range 10 {
+		s.pop(false)
+	}
+	got := s.drain(nil)
+	if len(got) != n-10 {
+		t.Fatalf("drained %d tasks, want %d", len(got), n-10)
+	}
+	for i, v := range got {
+		if v != i+10 {
+			t.Fatalf("drained[%d] = %d, want %d", i, v, i+10)
+		}
+	}
+	if s.len() != 0 || s.pushed() != n {
+		t.Fatalf("after drain len = %d, pushed = %d", s.len(), s.pushed())
+	}
+}
+
+// Producers and consumers hammering one shard: every task comes out exactly
+// once, len never wraps below zero, and pushed never counts fewer tasks
+// than have been taken (Wait relies on that).
+func TestShardConcurrent(t *testing.T) {
+	leak.Check(t)
+	s := newShard()
+	const producers, consumers, each = 4, 4, 20000
+	var taken atomic.Int64
+	seen := make([]atomic.Int32, producers*each)
+	// A backlog to start with, so that consumers move spilled tasks into
+	// the ring while producers push.
+	const backlog = 3 * ringSize
+	for i := range backlog {
+		s.push(i)
+	}
+	var wg sync.WaitGroup
+	for p := range producers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				if p == 0 && i < backlog {
+					continue
+				}
+				if _, ok := s.push(p*each + i); !ok {
+					t.Error("push refused")
+					return
+				}
+			}
+		}()
+	}
+	stop := make(chan struct{})
+	var cg sync.WaitGroup
+	for c := range consumers {
+		cg.Add(1)
+		go func() {
+			defer cg.Done()
+			for {
+				v, ok := s.pop(c == 0) // one consumer waits for the lock
+				if ok {
+					seen[v].Add(1)
+					taken.Add(1)
+					continue
+				}
+				select {
+				case <-stop:
+					return
+				default:
+					runtime.Gosched() // as a searching worker does
+				}
+			}
+		}()
+	}
+	cg.Add(1)
+	go func() {
+		defer cg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			before := taken.Load()
+			if n := s.len(); n > producers*each {
+				t.Errorf("len = %d, more than was ever pushed", n)
+				return
+			}
+			if n := s.pushed(); n < uint64(before) {
+				t.Errorf("pushed = %d, fewer than the %d already taken", n, before)
+				return
+			}
+			runtime.Gosched()
+		}
+	}()
+	wg.Wait()
+	deadline := time.Now().Add(10 * time.Second)
+	for taken.Load() < producers*each && !t.Failed() && time.Now().Before(deadline) {
+		runtime.Gosched()
+	}
+	close(stop)
+	cg.Wait()
+	if n := taken.Load(); n != producers*each {
+		t.Fatalf("took %d of %d tasks; len = %d", n, producers*each, s.len())
+	}
+	for v := range seen {
+		if n := seen[v].Load(); n != 1 {
+			t.Fatalf("task %d taken %d times", v, n)
+		}
+	}
+	if s.moved.Load() == 0 {
+		t.Fatal("no spilled task was moved into the ring")
+	}
+	if s.pushed() != producers*each || s.len() != 0 {
+		t.Fatalf("at the end pushed = %d, len = %d", s.pushed(), s.len())
+	}
+}
