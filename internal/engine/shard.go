@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"runtime"
 	"sync"
 	"sync/atomic"
 )
@@ -53,6 +52,11 @@ type shard[T any] struct {
 	read atomic.Uint64
 	_    [56]byte
 	ring [ringSize]cell[T]
+	// Whether the spill queue holds tasks. Written under mu when that
+	// changes, read on every push: a line of its own stays in every
+	// core's cache, where the spill queue's counts would not.
+	spilling atomic.Bool
+	_        [63]byte
 
 	mu sync.Mutex // guards the spill queue and closed
 	// Tasks pushed into and taken from the spill queue, and those of them
@@ -69,29 +73,42 @@ func (s *shard[T]) init() {
 	}
 }
 
-// push appends t and returns the number of pushes so far into the part of
-// the shard it used (ring or spill queue), by which the caller samples, or
-// false if the shard is closed. A producer that finds the ring full yields
-// its processor once before it spills, so that the workers it outpaces get
-// to run: a backlog is theirs to drain. (With 100 producers and 2 workers
-// on two cores, dispatch went from 37-49 to 28-31 ns per task.)
-func (s *shard[T]) push(t T) (n uint64, ok bool) {
-	for try := 0; s.spills() == 0 && try < 2; try++ {
-		switch n := s.pushRing(t); {
-		case n&closedBit != 0:
-			return 0, false
-		case n != 0:
-			return n, true
-		}
-		runtime.Gosched()
+// pushResult says what became of a push.
+type pushResult int
+
+const (
+	accepted pushResult = iota
+	ringFull            // the ring is full, or a backlog is spilling: spill t
+	refused             // the shard is closed
+)
+
+// push puts t into the ring unless the shard is spilling, and returns the
+// ring's write count, by which the caller samples.
+func (s *shard[T]) push(t T) (n uint64, r pushResult) {
+	if s.spilling.Load() {
+		return 0, ringFull
 	}
-	s.mu.Lock()
+	switch n := s.pushRing(t); {
+	case n&closedBit != 0:
+		return 0, refused
+	case n != 0:
+		return n, accepted
+	}
+	return 0, ringFull
+}
+
+// spill appends t to the spill queue and unlocks s.mu, which the caller
+// holds, and returns the number of spilled tasks so far.
+func (s *shard[T]) spill(t T) (n uint64, r pushResult) {
 	defer s.mu.Unlock()
 	if s.closed {
-		return 0, false
+		return 0, refused
 	}
 	s.q.push(t)
-	return s.spilled.Add(1), true
+	if !s.spilling.Load() {
+		s.spilling.Store(true)
+	}
+	return s.spilled.Add(1), accepted
 }
 
 // pushRing puts t into a free cell and returns the ring's new write count.
@@ -122,7 +139,7 @@ func (s *shard[T]) pushRing(t T) uint64 {
 // fits of the rest into the ring, so that a backlog costs the workers a
 // lock per ringful, not per task.
 func (s *shard[T]) pop(wait bool) (t T, ok bool) {
-	if t, ok = s.popRing(); ok || s.spills() == 0 {
+	if t, ok = s.popRing(); ok || !s.spilling.Load() {
 		return t, ok
 	}
 	if wait {
@@ -147,6 +164,9 @@ func (s *shard[T]) pop(wait bool) (t T, ok bool) {
 	// otherwise: see pushed.
 	s.unspilled.Add(1 + moved)
 	s.moved.Add(moved)
+	if _, more := s.q.peek(); !more {
+		s.spilling.Store(false)
+	}
 	return t, true
 }
 
@@ -226,5 +246,6 @@ func (s *shard[T]) drain(ts []T) []T {
 		n++
 	}
 	s.unspilled.Add(uint64(n))
+	s.spilling.Store(false)
 	return ts
 }

@@ -16,6 +16,16 @@ func newShard() *shard[int] {
 	return s
 }
 
+// add pushes v into s the way enqueue does, and reports whether s took it.
+func add(s *shard[int], v int) bool {
+	_, r := s.push(v)
+	if r == ringFull {
+		s.mu.Lock()
+		_, r = s.spill(v)
+	}
+	return r == accepted
+}
+
 // One goroutine pushing past the ring into the spill queue and popping
 // everything gets its tasks back in order, with the counts right at every
 // step: the ring first, then the spill queue moved into the ring.
@@ -24,7 +34,7 @@ func TestShardKeepsOrderThroughSpill(t *testing.T) {
 	s := newShard()
 	const n = 5*ringSize + 3
 	for i := range n {
-		if _, ok := s.push(i); !ok {
+		if !add(s, i) {
 			t.Fatalf("push %d refused", i)
 		}
 		if got := s.len(); got != uint64(i+1) {
@@ -50,7 +60,7 @@ func TestShardKeepsOrderThroughSpill(t *testing.T) {
 		t.Fatalf("empty shard popped %d", v)
 	}
 	// Drained, the shard takes the ring path again.
-	s.push(-1)
+	add(s, -1)
 	if s.spills() != 0 {
 		t.Fatal("a push into a drained shard spilled")
 	}
@@ -62,10 +72,10 @@ func TestShardClose(t *testing.T) {
 	leak.Check(t)
 	s := newShard()
 	for i := range ringSize + 1 { // one in the spill queue
-		s.push(i)
+		add(s, i)
 	}
 	s.close()
-	if _, ok := s.push(99); ok {
+	if add(s, 99) {
 		t.Fatal("push after close accepted")
 	}
 	if got := s.pushed(); got != ringSize+1 {
@@ -86,7 +96,7 @@ func TestShardDrain(t *testing.T) {
 	s := newShard()
 	const n = 3 * ringSize
 	for i := range n {
-		s.push(i)
+		add(s, i)
 	}
 	for range 10 {
 		s.pop(false)
@@ -118,7 +128,7 @@ func TestShardConcurrent(t *testing.T) {
 	// the ring while producers push.
 	const backlog = 3 * ringSize
 	for i := range backlog {
-		s.push(i)
+		add(s, i)
 	}
 	var wg sync.WaitGroup
 	for p := range producers {
@@ -129,7 +139,7 @@ func TestShardConcurrent(t *testing.T) {
 				if p == 0 && i < backlog {
 					continue
 				}
-				if _, ok := s.push(p*each + i); !ok {
+				if !add(s, p*each+i) {
 					t.Error("push refused")
 					return
 				}

@@ -345,6 +345,7 @@ func TestEngineParkLooksAtBusyShards(t *testing.T) {
 	s.mu.Lock()
 	s.q.push(func() { close(ran) })
 	s.spilled.Add(1)
+	s.spilling.Store(true)
 	close(hold)
 	// The worker finishes its task, searches, and parks: either asleep in
 	// park's select (it skipped the busy shard) or waiting for the shard's
