@@ -33,11 +33,12 @@ const (
 	countMask = exitBit - 1 // the worker count below it
 
 	// Every staleEvery-th push into a shard checks whether the searchers
-	// producers rely on are stale (see wakeIfStale).
-	staleEvery = 16
+	// producers rely on are stale (see stale).
+	staleEvery = 4
 
 	// staleWake is how long a woken worker may take to start looking for
-	// work before producers stop trusting it (see wakeIfStale).
+	// work before producers stop trusting it, and the least time between
+	// two wakes for stale searchers (see stale and wakeStale).
 	staleWake = 100 * time.Microsecond
 )
 
@@ -98,6 +99,7 @@ type Engine[T any] struct {
 	starting    atomic.Int32 // woken or started workers not yet running
 	alive       atomic.Int32 // worker goroutines that have not finished exiting
 	lastWake    atomic.Int64 // when wake last succeeded, as time since epoch
+	staleWoken  atomic.Int64 // when wakeStale last woke a worker, likewise
 	epoch       time.Time
 	nextHome    atomic.Uint32
 	idleTime    time.Duration
@@ -265,6 +267,7 @@ func (e *Engine[T]) enqueue(t T) error {
 	i := rand.Uint32()
 	s := &e.shards[i&e.mask]
 	n, r := s.push(t)
+	spilled := false
 	if r == ringFull && e.workers.Load()&countMask >= e.maxWorkers.Load() {
 		// The producer outpaces every worker the limit allows: give them
 		// its processor once before spilling, as the backlog is theirs
@@ -288,33 +291,51 @@ func (e *Engine[T]) enqueue(t T) error {
 			s = &e.shards[(i+k)&e.mask]
 		}
 		n, r = s.spill(t)
+		spilled = true
 	}
 	if r == refused {
 		return e.refuse()
 	}
 	if e.searching.Load() == 0 {
 		e.wake()
-	} else if n%staleEvery == 0 {
-		e.wakeIfStale(s.len())
+	} else if n%staleEvery == 0 && e.stale(s, n, spilled) {
+		e.wakeStale()
 	}
 	return nil
 }
 
-// wakeIfStale wakes one more worker when the searchers the producers rely
-// on seem not to be running: a worker woken over staleWake ago has not
-// started, or this shard holds depth tasks, a run of pushes nobody has
-// drained. A searcher counts from the moment it is woken, but its goroutine
-// may wait long for a processor when many are runnable, or sit on a
-// processor that the host has descheduled; without this, producers would
-// wake nobody while the backlog grows. At most one extra wake happens per
-// staleWake.
-func (e *Engine[T]) wakeIfStale(depth uint64) {
-	if e.starting.Load() == 0 && depth < staleEvery {
-		return
+// stale reports whether the searchers that producers rely on seem not to
+// be running, judged at the nth push into s (a ring or a spill count): a
+// task pushed a few pushes ago still waits in the ring (see stalled); or,
+// every fourth look, s is spilling (a backlog) or a worker woken over
+// staleWake ago has not started. A searcher counts from the moment it is
+// woken, but its goroutine may wait long for a processor when many are
+// runnable, or sit on a processor that the host has descheduled; without
+// this, producers would wake nobody while tasks wait. The rarer looks
+// read the clock, and hold for long stretches of a busy engine.
+func (e *Engine[T]) stale(s *shard[T], n uint64, spilled bool) bool {
+	switch {
+	case !spilled && s.stalled(n):
+		return true
+	case n%(4*staleEvery) != 0:
+		return false
+	case spilled:
+		return true
+	}
+	return e.starting.Load() > 0 && e.now()-e.lastWake.Load() > int64(staleWake)
+}
+
+// wakeStale wakes one more worker for stale searchers, at most one per
+// staleWake. Its own clock, not the time of the last wake of any kind:
+// a pool at half load wakes parked workers all the time, and a stall must
+// not wait for a quiet moment.
+func (e *Engine[T]) wakeStale() {
+	if e.idle.n.Load() == 0 && e.workers.Load()&countMask >= e.maxWorkers.Load() {
+		return // nobody to wake: spare the clock
 	}
 	now := e.now()
-	last := e.lastWake.Load()
-	if now-last > int64(staleWake) && e.lastWake.CompareAndSwap(last, now) {
+	last := e.staleWoken.Load()
+	if now-last > int64(staleWake) && e.staleWoken.CompareAndSwap(last, now) {
 		e.wake()
 	}
 }

@@ -45,9 +45,11 @@ type cell[T any] struct {
 }
 
 type shard[T any] struct {
-	// Written by producers: closedBit | tasks pushed into the ring.
+	// Written by producers: closedBit | tasks pushed into the ring, and
+	// the read count as the last look for a stall saw it (see stalled).
 	written atomic.Uint64
-	_       [56]byte
+	checked atomic.Uint64
+	_       [48]byte
 	// Written by workers: tasks taken from the ring.
 	read atomic.Uint64
 	_    [56]byte
@@ -214,6 +216,23 @@ func (s *shard[T]) len() uint64 {
 func (s *shard[T]) pushed() uint64 {
 	moved := s.moved.Load()
 	return s.written.Load()&^closedBit + s.spilled.Load() - moved
+}
+
+// stalled reports whether the ring seems to hold tasks that nobody takes:
+// the task pushed staleEvery-1 pushes before the one that made its write
+// count n still waits, and no task has been taken from the ring since the
+// previous look that came this far. The cell is on a line the producer
+// has just written, so while the workers keep up the look costs next to
+// nothing; only while tasks wait does it read the workers' line.
+func (s *shard[T]) stalled(n uint64) bool {
+	if n <= staleEvery {
+		return false
+	}
+	if p := n - staleEvery; s.ring[p%ringSize].seq.Load() != p+1 {
+		return false
+	}
+	read := s.read.Load()
+	return s.checked.Swap(read) == read
 }
 
 // close refuses every later push.

@@ -211,3 +211,47 @@ func TestShardConcurrent(t *testing.T) {
 		t.Fatalf("at the end pushed = %d, len = %d", s.pushed(), s.len())
 	}
 }
+
+// stalled reports a stall only while a pushed task waits and nobody takes
+// any: not while the workers keep up, nor while they drain a backlog.
+func TestShardStalled(t *testing.T) {
+	leak.Check(t)
+	s := newShard()
+	push := func() uint64 {
+		n, r := s.push(0)
+		if r != accepted {
+			t.Fatalf("push: %v", r)
+		}
+		return n
+	}
+	for range 4 * staleEvery { // workers keep up
+		n := push()
+		s.pop(false)
+		if s.stalled(n) {
+			t.Fatalf("stalled at push %d with the ring empty", n)
+		}
+	}
+	// pushThenLook pushes k tasks and looks for a stall at the last.
+	pushThenLook := func(k int) (uint64, bool) {
+		var n uint64
+		for range k {
+			n = push()
+		}
+		return n, s.stalled(n)
+	}
+	// Nobody takes: the first look that finds a task waiting notes how
+	// far the workers have come; the next one reports the stall.
+	if n, stalled := pushThenLook(staleEvery + 1); stalled {
+		t.Fatalf("stalled at push %d, the first look to find a task waiting", n)
+	}
+	if n, stalled := pushThenLook(staleEvery); !stalled {
+		t.Fatalf("not stalled at push %d with %d tasks waiting and none taken", n, s.len())
+	}
+	s.pop(false) // a worker drains the backlog, slowly
+	if n, stalled := pushThenLook(staleEvery); stalled {
+		t.Fatalf("stalled at push %d although a task was taken since the last look", n)
+	}
+	if n, stalled := pushThenLook(staleEvery); !stalled {
+		t.Fatalf("not stalled at push %d: nothing taken for %d pushes", n, staleEvery)
+	}
+}
