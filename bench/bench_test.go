@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"runtime"
 	"sync/atomic"
 	"testing"
 
@@ -70,6 +71,11 @@ func BenchmarkDispatch(b *testing.B) {
 }
 
 func benchDispatch(b *testing.B, s subjects.Subject, workers, producers int) {
+	// Start from a collected heap, and let the workers this pool leaves
+	// behind exit before the next subject: otherwise the next subject, in
+	// the same order every cell, pays for this one's garbage and exits.
+	runtime.GC()
+	defer settle(runtime.NumGoroutine())
 	var ran atomic.Int64
 	done := make(chan struct{})
 	total := int64(b.N)
