@@ -276,7 +276,8 @@ func (e *Engine[T]) enqueue(t T) error {
 		// cores it halves the cost per task (BenchmarkPush, 24-28 ns
 		// against 44-52 when only the push that fills the ring yields);
 		// when the workers are blocked rather than busy, the yield finds
-		// nothing to run and costs about 70 ns. Below the limit, the
+		// nothing to run and costs 60-110 ns (BenchmarkQueuedTaskMemory,
+		// whose workers are all blocked). Below the limit, the
 		// producer starts a worker instead, and a yield would only pass
 		// the processor to the next producer.
 		runtime.Gosched()
