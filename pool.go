@@ -83,7 +83,10 @@ func New(maxWorkers int, opts ...Option) *Pool {
 
 // Go submits task to run on a worker and returns without waiting for it.
 // It allocates nothing; BENCHMARKS.md has its cost per task (tens of
-// nanoseconds on two cores).
+// nanoseconds on two cores). While every worker the limit allows is busy
+// and tasks already wait, Go yields its processor once (runtime.Gosched)
+// before queueing, so that a producer outpacing the pool lets the workers
+// catch up.
 //
 // If the pool's queue is bounded and full, Go waits for room, or returns
 // ErrQueueFull WithNonBlocking. Called from inside one of the pool's own
