@@ -33,12 +33,12 @@ const (
 	countMask = exitBit - 1 // the worker count below it
 
 	// Every staleEvery-th push into a shard checks whether the searchers
-	// producers rely on are stale (see stale).
+	// producers rely on are stale (see wakeIfStale).
 	staleEvery = 4
 
 	// staleWake is how long a woken worker may take to start looking for
 	// work before producers stop trusting it, and the least time between
-	// two wakes for stale searchers (see stale and wakeStale).
+	// two wakes for stale searchers (see wakeIfStale).
 	staleWake = 100 * time.Microsecond
 )
 
@@ -96,6 +96,7 @@ type Engine[T any] struct {
 	minWorkers  atomic.Int64
 	searching   atomic.Int32 // workers looking for a task, or woken to look
 	maxSpinning int          // searchers beyond this park after one look
+	procs       int64        // GOMAXPROCS when the engine was made
 	starting    atomic.Int32 // woken or started workers not yet running
 	alive       atomic.Int32 // worker goroutines that have not finished exiting
 	lastWake    atomic.Int64 // when wake last succeeded, as time since epoch
@@ -158,7 +159,8 @@ func New[T any](cfg Config[T]) *Engine[T] {
 	// queue up. Fewer spinners park more workers, and a parked worker is
 	// woken onto the producer's own processor. On two cores this cut the
 	// p99 queue wait from about 3 ms to 0.6 ms (BenchmarkQueueWait).
-	e.maxSpinning = max(1, runtime.GOMAXPROCS(0)/2)
+	e.procs = int64(runtime.GOMAXPROCS(0))
+	e.maxSpinning = max(1, int(e.procs)/2)
 	for i := range e.shards {
 		e.shards[i].init()
 	}
@@ -303,39 +305,45 @@ func (e *Engine[T]) enqueue(t T) error {
 	}
 	if e.searching.Load() == 0 {
 		e.wake()
-	} else if n%staleEvery == 0 && e.stale(s, n, spilled) {
-		e.wakeStale()
+	} else if n%staleEvery == 0 {
+		e.wakeIfStale(s, n, spilled)
 	}
 	return nil
 }
 
-// stale reports whether the searchers that producers rely on seem not to
-// be running, judged at the nth push into s (a ring or a spill count): a
-// task pushed a few pushes ago still waits in the ring (see stalled); or,
-// every fourth look, s is spilling (a backlog) or a worker woken over
-// staleWake ago has not started. A searcher counts from the moment it is
-// woken, but its goroutine may wait long for a processor when many are
-// runnable, or sit on a processor that the host has descheduled; without
-// this, producers would wake nobody while tasks wait. The rarer looks
-// read the clock, and hold for long stretches of a busy engine.
-func (e *Engine[T]) stale(s *shard[T], n uint64, spilled bool) bool {
+// wakeIfStale wakes one more worker when the searchers that producers rely
+// on seem not to be running, judged at the nth push into s (a ring or a
+// spill count). A searcher counts from the moment it is woken, but its
+// goroutine may wait long for a processor when many are runnable, or sit
+// on a processor that the host has descheduled; without this, producers
+// would wake nobody while tasks wait.
+//
+// A stall, a task pushed a few pushes ago still waiting while nobody takes
+// any (see stalled), wakes a parked worker or starts one. Every fourth
+// look also checks for searchers that may be late rather than stuck: a
+// worker woken over staleWake ago that has not started, or s spilling a
+// backlog. Those wake a parked worker, but start new ones only up to
+// GOMAXPROCS: when the processors are busy a new worker would wait like
+// the last, and with one producer of tiny tasks this rule alone started
+// some 250 workers a run (rand 1u-1Mt); capped, crew starts a dozen, does
+// the work as fast and allocates half as much. The rarer checks read the
+// clock, and hold for long stretches of a busy engine.
+func (e *Engine[T]) wakeIfStale(s *shard[T], n uint64, spilled bool) {
 	switch {
 	case !spilled && s.stalled(n):
-		return true
+		e.wakeStale(e.maxWorkers.Load())
 	case n%(4*staleEvery) != 0:
-		return false
-	case spilled:
-		return true
+	case spilled || e.starting.Load() > 0 && e.now()-e.lastWake.Load() > int64(staleWake):
+		e.wakeStale(min(e.maxWorkers.Load(), e.procs))
 	}
-	return e.starting.Load() > 0 && e.now()-e.lastWake.Load() > int64(staleWake)
 }
 
-// wakeStale wakes one more worker for stale searchers, at most one per
-// staleWake. Its own clock, not the time of the last wake of any kind:
-// a pool at half load wakes parked workers all the time, and a stall must
-// not wait for a quiet moment.
-func (e *Engine[T]) wakeStale() {
-	if e.idle.n.Load() == 0 && e.workers.Load()&countMask >= e.maxWorkers.Load() {
+// wakeStale wakes a parked worker, or starts one if fewer than limit are
+// live, at most once per staleWake. Its own clock, not the time of the
+// last wake of any kind: a pool at half load wakes parked workers all the
+// time, and a stall must not wait for a quiet moment.
+func (e *Engine[T]) wakeStale(limit int64) {
+	if e.idle.n.Load() == 0 && e.workers.Load()&countMask >= limit {
 		return // nobody to wake: spare the clock
 	}
 	now := e.now()
