@@ -195,18 +195,16 @@ func (s *shard[T]) popRing() (t T, ok bool) {
 	}
 }
 
-// spills reports the tasks in the spill queue. The taken count is read
-// first: both only grow, so the result cannot wrap.
-func (s *shard[T]) spills() uint64 {
-	unspilled := s.unspilled.Load()
-	return s.spilled.Load() - unspilled
-}
-
 // len reports the tasks in the shard, counting cells claimed but not yet
-// filled.
+// filled. Each count is read after the one it is subtracted from can
+// only have passed, so the result cannot wrap; and the spill queue's taken
+// count is read before the ring's write count, because a task moved into
+// the ring raises the latter first: read the other way, a move between the
+// two reads would count the task in neither.
 func (s *shard[T]) len() uint64 {
 	read := s.read.Load()
-	return s.written.Load()&^closedBit - read + s.spills()
+	unspilled := s.unspilled.Load()
+	return s.written.Load()&^closedBit - read + s.spilled.Load() - unspilled
 }
 
 // pushed reports how many tasks the shard has accepted. A task moved from

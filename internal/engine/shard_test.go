@@ -41,7 +41,7 @@ func TestShardKeepsOrderThroughSpill(t *testing.T) {
 			t.Fatalf("after %d pushes len = %d", i+1, got)
 		}
 	}
-	if s.spills() == 0 {
+	if !s.spilling.Load() {
 		t.Fatalf("%d pushes never spilled out of a ring of %d", n, ringSize)
 	}
 	for i := range n {
@@ -61,7 +61,7 @@ func TestShardKeepsOrderThroughSpill(t *testing.T) {
 	}
 	// Drained, the shard takes the ring path again.
 	add(s, -1)
-	if s.spills() != 0 {
+	if s.spilling.Load() {
 		t.Fatal("a push into a drained shard spilled")
 	}
 }
@@ -127,9 +127,11 @@ func TestShardConcurrent(t *testing.T) {
 	// A backlog to start with, so that consumers move spilled tasks into
 	// the ring while producers push.
 	const backlog = 3 * ringSize
+	var added atomic.Int64 // pushes that have returned
 	for i := range backlog {
 		add(s, i)
 	}
+	added.Store(backlog)
 	var wg sync.WaitGroup
 	for p := range producers {
 		wg.Add(1)
@@ -143,6 +145,7 @@ func TestShardConcurrent(t *testing.T) {
 					t.Error("push refused")
 					return
 				}
+				added.Add(1)
 			}
 		}()
 	}
@@ -177,9 +180,18 @@ func TestShardConcurrent(t *testing.T) {
 				return
 			default:
 			}
-			before := taken.Load()
-			if n := s.len(); n > producers*each {
+			before, in := taken.Load(), added.Load()
+			n := s.len()
+			after := taken.Load()
+			if n > producers*each {
 				t.Errorf("len = %d, more than was ever pushed", n)
+				return
+			}
+			// At least what was in before the look minus what came out by
+			// its end, less one task per consumer between its pop and its
+			// count.
+			if lower := in - after - consumers; int64(n) < lower {
+				t.Errorf("len = %d, below the %d tasks that must have been queued", n, lower)
 				return
 			}
 			if n := s.pushed(); n < uint64(before) {

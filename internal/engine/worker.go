@@ -350,13 +350,19 @@ func (w *worker[T]) park() (t T, r parkResult) {
 			e.idle.remove(w)
 		}
 		e.idleMu.Unlock()
+		// Whoever left us this task may have left more, and a waker that
+		// took us off the list woke us for one of them: pass the wake on,
+		// as a searcher that finds work does, or that task waits behind
+		// ours while other workers stay parked.
 		if !listed {
-			// A waker took us off the list and counted us as a searcher:
-			// take its go-ahead and return the count. (The reaper leaves
-			// a worker alone until it is asleep.)
+			// The waker counted us as a searcher: take its go-ahead, then
+			// give the count back as foundWork does. (The reaper leaves a
+			// worker alone until it is asleep.)
 			w.sem.Lock()
-			e.searching.Add(-1)
 			e.starting.Add(-1)
+			w.foundWork()
+		} else if e.searching.Load() == 0 && e.queued() > 0 {
+			e.wake()
 		}
 		return t, gotTask
 	}
