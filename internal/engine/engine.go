@@ -429,7 +429,8 @@ func (e *Engine[T]) Closed() bool { return e.closed.Load() }
 
 // Drain removes every queued task, passes each to Config.Drop, counts it as
 // dropped and returns how many it removed. A task is either run by a worker
-// or removed here, never both.
+// or removed here, never both. A task whose producer is still filling its
+// ring cell, and those behind it in that ring, are left to the workers.
 func (e *Engine[T]) Drain() int {
 	var dropped []T
 	for i := range e.shards {

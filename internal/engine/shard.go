@@ -45,6 +45,11 @@ type cell[T any] struct {
 	t   T
 }
 
+// The groups of fields that different cores write are kept 64 bytes
+// apart, so that they fall on different cache lines. The allocator does
+// not place shards on line boundaries (and a shard's size depends on T),
+// so in some shards a group straddles two lines and shares one with the
+// next group's first word: that costs speed, never correctness.
 type shard[T any] struct {
 	// Written by producers: closedBit | tasks pushed into the ring, and
 	// the read count as the last look for a stall saw it (see stalled).
@@ -56,8 +61,8 @@ type shard[T any] struct {
 	_    [56]byte
 	ring [ringSize]cell[T]
 	// Whether the spill queue holds tasks. Written under mu when that
-	// changes, read on every push: a line of its own stays in every
-	// core's cache, where the spill queue's counts would not.
+	// changes, read on every push: apart from the spill queue's counts,
+	// it stays in every core's cache.
 	spilling atomic.Bool
 	_        [63]byte
 
