@@ -121,6 +121,10 @@ type Engine[T any] struct {
 	all     []*worker[T] // live workers; worker.slot is the index
 	retired uint64       // tasks finished by workers no longer in all
 
+	// testListed, set by tests only, runs in park between listing the
+	// worker as idle and its last look, with the shard it looks at first.
+	testListed func(home uint32)
+
 	idleSig  notify.Cond // unfinished count reached zero
 	spaceSig notify.Cond // bounded: room for a task, or closed
 	exitSig  notify.Cond // the last worker exited

@@ -426,3 +426,33 @@ func TestEngineQueuedNeverNegative(t *testing.T) {
 	}
 	t.Logf("%d reads, none negative", reads.Load())
 }
+
+// A worker whose last look before parking finds a task passes on the wake
+// that a producer may have spent on it. Here the look takes x, pushed
+// while the worker still counted as a searcher (so it woke nobody); y's
+// producer then found no searcher and woke the listed worker. x waits for
+// y, and only a second worker can run y. Until 863f70a the worker took
+// the wake for itself and the pool stayed stuck below its limit.
+func TestEngineLastLookPassesTheWakeOn(t *testing.T) {
+	leak.Check(t)
+	e := New(Config[func()]{MaxWorkers: 2, QueueSize: -1, IdleTimeout: time.Hour, Run: func(f func()) { f() }})
+	yRan := make(chan struct{})
+	var closeY, listed sync.Once
+	ranY := func() { closeY.Do(func() { close(yRan) }) }
+	e.testListed = func(home uint32) {
+		listed.Do(func() {
+			if _, r := e.shards[home&e.mask].push(func() { <-yRan }); r != accepted {
+				t.Errorf("pushing x: %v", r)
+			}
+			e.Push(nil, ranY)
+		})
+	}
+	e.Push(nil, func() {}) // starts the worker, which then parks
+	select {
+	case <-yRan:
+	case <-time.After(5 * time.Second):
+		t.Errorf("y never ran: the worker's last look took x and woke nobody for y; stats %+v", e.Stats())
+		ranY() // let x finish, so that the engine can stop
+	}
+	stop(e)
+}

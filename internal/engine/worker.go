@@ -341,6 +341,9 @@ func (w *worker[T]) park() (t T, r parkResult) {
 	e.armReaper(e.idleTime)
 	e.idleMu.Unlock()
 
+	if e.testListed != nil {
+		e.testListed(w.home)
+	}
 	// A producer may have pushed after our last scan, seen no searcher and,
 	// before we were listed, no idle worker either. Look once more.
 	if t, ok := w.pop(true); ok {
