@@ -186,7 +186,7 @@ func (l *layer) init(ex Executor, what string, abandon func()) {
 // a call from inside it. Call it once per step func, not per submission:
 // the func it returns is allocated once and costs a few calls per run.
 func (l *layer) mark(step func()) func() {
-	return func() { engine.RunAs(l.id, step) }
+	return func() { engine.RunAs(l.id, engine.Func(step)) }
 }
 
 // refuses reports why the layer's pool takes no new work, or nil.

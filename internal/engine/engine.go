@@ -411,12 +411,14 @@ func (e *Engine[T]) queued() int64 {
 // Called from inside one of e's tasks, which would wait for itself, it
 // returns ErrInWorker instead of blocking.
 func (e *Engine[T]) Wait(ctx context.Context) error {
-	idle := func() bool { return e.unfinished() == 0 }
-	if !idle() && e.InWorker() {
+	if !e.quiet() && e.InWorker() {
 		return ErrInWorker
 	}
-	return e.idleSig.Wait(ctx, idle)
+	return e.idleSig.Wait(ctx, e.quiet)
 }
+
+// quiet reports whether every accepted task has finished.
+func (e *Engine[T]) quiet() bool { return e.unfinished() == 0 }
 
 // Close stops intake: every later push returns ErrStopped and producers
 // blocked for room return ErrStopped. Queued tasks still run. Idempotent.

@@ -22,19 +22,52 @@ func TestFIFOKeepsOrderAcrossChunks(t *testing.T) {
 	}
 }
 
-func TestFIFOReturnsBurstMemory(t *testing.T) {
+func TestFIFORepeatedBurstsReuseChunks(t *testing.T) {
+	var q fifo[int]
+	burst := func() {
+		for i := range 100_000 {
+			q.push(i)
+		}
+		for i := range 100_000 {
+			if got, ok := q.pop(); !ok || got != i {
+				t.Fatalf("pop %d = %d, %v", i, got, ok)
+			}
+		}
+	}
+	burst()
+	if allocs := testing.AllocsPerRun(10, burst); allocs != 0 {
+		t.Fatalf("%.1f allocations per burst after the first", allocs)
+	}
+}
+
+func TestFIFOTrimReturnsBurstMemory(t *testing.T) {
 	var q fifo[int]
 	for i := range 100_000 {
 		q.push(i)
 	}
-	for range 100_000 {
-		q.pop()
+	q.trim() // holds tasks: nothing to give back
+	for i := range 100_000 {
+		if got, ok := q.pop(); !ok || got != i {
+			t.Fatalf("pop %d after trim = %d, %v", i, got, ok)
+		}
 	}
+	if q.head == nil || len(q.head.items) <= keepChunk {
+		t.Fatalf("drained queue kept no big chunk for the next burst")
+	}
+	q.trim()
 	if q.head != nil && len(q.head.items) > keepChunk {
-		t.Fatalf("drained queue keeps a chunk of %d tasks", len(q.head.items))
+		t.Fatalf("trimmed queue keeps a chunk of %d tasks", len(q.head.items))
 	}
-	if q.spare != nil && len(q.spare.items) > minChunk {
-		t.Fatalf("drained queue keeps a spare of %d tasks", len(q.spare.items))
+	if q.free != nil {
+		t.Fatalf("trimmed queue keeps free chunks")
+	}
+	q.push(1)
+	q.push(2)
+	if a, _ := q.pop(); a != 1 {
+		t.Fatalf("first pop after trim = %d, want 1", a)
+	}
+	if b, _ := q.pop(); b != 2 {
+		t.Fatalf("second pop after trim = %d, want 2", b)
 	}
 }
 

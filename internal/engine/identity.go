@@ -32,19 +32,30 @@ var lastID atomic.Uint64
 // returned (and no engine uses). It costs one atomic add.
 func NewID() uint64 { return lastID.Add(1) }
 
-// RunAs calls f on the calling goroutine below frames that spell id, so
-// that CallerIs(id) reports true for every call made while f runs, at any
-// depth, on this goroutine (not on goroutines f starts). Runs nest: inside
-// RunAs(a, func() { RunAs(b, g) }), g's calls are under both a and b. id
-// must come from NewID; RunAs(0, f) just calls f.
+// A Runner is what RunAs runs.
+type Runner interface{ Run() }
+
+// Func makes a func() a Runner, without an allocation.
+type Func func()
+
+// Run calls f.
+func (f Func) Run() { f() }
+
+// RunAs calls r.Run on the calling goroutine below frames that spell id,
+// so that CallerIs(id) reports true for every call made while it runs, at
+// any depth, on this goroutine (not on goroutines it starts). Runs nest:
+// inside RunAs(a, Func(func() { RunAs(b, g) })), g's calls are under both
+// a and b. id must come from NewID; RunAs(0, r) just calls r.Run.
 //
 // It costs two calls plus one per hexadecimal digit of id (five for an id
 // below 4,096), a few nanoseconds, plus the stack they take (a few words
-// each); it allocates nothing, but f escapes, so pass a func value made
-// once rather than a closure made per call.
+// each). It allocates nothing, but r escapes: pass a pointer, or a func
+// value made once rather than a closure made per call. (A Runner rather
+// than a func, so that a worker can pass itself: a method value would cost
+// an allocation per worker.)
 //
 //go:noinline
-func RunAs(id uint64, f func()) { next(id, f) }
+func RunAs(id uint64, r Runner) { next(id, r) }
 
 // digitBase is the base in which RunAs writes a number: one frame per
 // digit, so a larger base means fewer calls, and more digit functions.
@@ -52,72 +63,72 @@ const digitBase = 16
 
 // digits[d] writes the digit d; digits[digitBase] ends the number and calls
 // the task. Set by init: the functions refer to digits themselves.
-var digits [digitBase + 1]func(rest uint64, f func())
+var digits [digitBase + 1]func(rest uint64, r Runner)
 
-// next writes the lowest digit of rest, or calls f once rest is spelled
+// next writes the lowest digit of rest, or runs r once rest is spelled
 // out. It makes one call, so that the compiler can inline it into RunAs and
 // the digit functions: each digit then costs one call.
-func next(rest uint64, f func()) {
+func next(rest uint64, r Runner) {
 	d := rest % digitBase
 	if rest == 0 {
 		d = digitBase
 	}
-	digits[d](rest/digitBase, f)
+	digits[d](rest/digitBase, r)
 }
 
 // The frames: the lowest digit outermost, each digit function calling the
 // next one through next.
 
 //go:noinline
-func end(_ uint64, f func()) { f() }
+func end(_ uint64, r Runner) { r.Run() }
 
 //go:noinline
-func digit0(rest uint64, f func()) { next(rest, f) }
+func digit0(rest uint64, r Runner) { next(rest, r) }
 
 //go:noinline
-func digit1(rest uint64, f func()) { next(rest, f) }
+func digit1(rest uint64, r Runner) { next(rest, r) }
 
 //go:noinline
-func digit2(rest uint64, f func()) { next(rest, f) }
+func digit2(rest uint64, r Runner) { next(rest, r) }
 
 //go:noinline
-func digit3(rest uint64, f func()) { next(rest, f) }
+func digit3(rest uint64, r Runner) { next(rest, r) }
 
 //go:noinline
-func digit4(rest uint64, f func()) { next(rest, f) }
+func digit4(rest uint64, r Runner) { next(rest, r) }
 
 //go:noinline
-func digit5(rest uint64, f func()) { next(rest, f) }
+func digit5(rest uint64, r Runner) { next(rest, r) }
 
 //go:noinline
-func digit6(rest uint64, f func()) { next(rest, f) }
+func digit6(rest uint64, r Runner) { next(rest, r) }
 
 //go:noinline
-func digit7(rest uint64, f func()) { next(rest, f) }
+func digit7(rest uint64, r Runner) { next(rest, r) }
 
 //go:noinline
-func digit8(rest uint64, f func()) { next(rest, f) }
+func digit8(rest uint64, r Runner) { next(rest, r) }
 
 //go:noinline
-func digit9(rest uint64, f func()) { next(rest, f) }
+func digit9(rest uint64, r Runner) { next(rest, r) }
 
 //go:noinline
-func digitA(rest uint64, f func()) { next(rest, f) }
+func digitA(rest uint64, r Runner) { next(rest, r) }
 
 //go:noinline
-func digitB(rest uint64, f func()) { next(rest, f) }
+func digitB(rest uint64, r Runner) { next(rest, r) }
 
 //go:noinline
-func digitC(rest uint64, f func()) { next(rest, f) }
+func digitC(rest uint64, r Runner) { next(rest, r) }
 
 //go:noinline
-func digitD(rest uint64, f func()) { next(rest, f) }
+func digitD(rest uint64, r Runner) { next(rest, r) }
 
 //go:noinline
-func digitE(rest uint64, f func()) { next(rest, f) }
+func digitE(rest uint64, r Runner) { next(rest, r) }
 
 //go:noinline
-func digitF(rest uint64, f func()) { next(rest, f) }
+func digitF(rest uint64, r Runner) { next(rest, r) }
 
 // The names of RunAs, end and the digit functions as stack frames report
 // them; digitOf maps a digit function's name to its value.
@@ -128,7 +139,7 @@ var (
 )
 
 func init() {
-	digits = [...]func(uint64, func()){
+	digits = [...]func(uint64, Runner){
 		digit0, digit1, digit2, digit3, digit4, digit5, digit6, digit7,
 		digit8, digit9, digitA, digitB, digitC, digitD, digitE, digitF, end,
 	}
@@ -137,7 +148,7 @@ func init() {
 	}
 }
 
-func funcName(f func(uint64, func())) string {
+func funcName(f func(uint64, Runner)) string {
 	return runtime.FuncForPC(reflect.ValueOf(f).Pointer()).Name()
 }
 
@@ -178,7 +189,7 @@ func callerIDs() []uint64 {
 }
 
 // CallerIs reports whether the calling goroutine runs under id, that is,
-// whether the call comes from inside f of a RunAs(id, f) that has not
+// whether the call comes from inside r.Run of a RunAs(id, r) that has not
 // returned. It walks the caller's stack, which costs microseconds: call it
 // only on a path that is about to block.
 func CallerIs(id uint64) bool {

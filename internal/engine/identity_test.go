@@ -93,11 +93,11 @@ func TestRunAsMarksItsCallsOnly(t *testing.T) {
 	for _, id := range []uint64{1, 0x10, 0x1000000000000000, 0x123456789abcdef0, 1<<64 - 1} {
 		other := id ^ 0x100 // one digit apart
 		var inside, nested, otherInside bool
-		RunAs(id, func() {
+		RunAs(id, Func(func() {
 			inside = CallerIs(id)
 			otherInside = CallerIs(other)
-			RunAs(other, func() { nested = CallerIs(id) && CallerIs(other) })
-		})
+			RunAs(other, Func(func() { nested = CallerIs(id) && CallerIs(other) }))
+		}))
 		switch {
 		case !inside:
 			t.Errorf("CallerIs(%#x) is false inside RunAs(%#x)", id, id)
@@ -110,7 +110,7 @@ func TestRunAsMarksItsCallsOnly(t *testing.T) {
 		}
 	}
 	ran := false
-	RunAs(0, func() { ran = !CallerIs(0) })
+	RunAs(0, Func(func() { ran = !CallerIs(0) }))
 	if !ran {
 		t.Error("RunAs(0, f) did not run f, or CallerIs(0) is true")
 	}
@@ -120,7 +120,7 @@ func TestRunAsAllocatesNothing(t *testing.T) {
 	leak.Check(t)
 	id := NewID()
 	n := 0
-	f := func() { n++ }
+	f := Func(func() { n++ })
 	if allocs := testing.AllocsPerRun(100, func() { RunAs(id, f) }); allocs != 0 || n == 0 {
 		t.Errorf("RunAs: %v allocations per call (f ran %d times), want 0", allocs, n)
 	}

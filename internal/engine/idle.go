@@ -33,8 +33,12 @@ func (e *Engine[T]) armReaper(d time.Duration) {
 
 // reap retires the workers parked for the idle timeout or longer, oldest
 // first and down to MinWorkers, then sleeps until the next one is due. It
-// runs on the reaper timer's goroutine.
+// runs on the reaper timer's goroutine, which also gives back the memory of
+// drained spill queues: the spill queues keep their chunks for the next
+// burst, and the reaper runs about once per idle timeout while workers
+// park.
 func (e *Engine[T]) reap() {
+	e.trim()
 	e.idleMu.Lock()
 	defer e.idleMu.Unlock()
 	e.reaperArmed = false
@@ -55,6 +59,13 @@ func (e *Engine[T]) reap() {
 		e.idle.remove(w)
 		w.retire = true
 		w.sem.Unlock()
+	}
+}
+
+// trim gives back the memory of the spill queues that have drained.
+func (e *Engine[T]) trim() {
+	for i := range e.shards {
+		e.shards[i].trim()
 	}
 }
 

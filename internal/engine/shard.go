@@ -240,6 +240,15 @@ func (s *shard[T]) stalled(n uint64) bool {
 	return s.checked.Swap(read) == read
 }
 
+// trim gives back the memory that a past backlog left in the spill queue,
+// unless the queue holds tasks or its lock is busy.
+func (s *shard[T]) trim() {
+	if s.mu.TryLock() {
+		s.q.trim()
+		s.mu.Unlock()
+	}
+}
+
 // close refuses every later push.
 func (s *shard[T]) close() {
 	s.mu.Lock()

@@ -267,3 +267,47 @@ func TestShardStalled(t *testing.T) {
 		t.Fatalf("not stalled at push %d: nothing taken for %d pushes", n, staleEvery)
 	}
 }
+
+// spillMemory reports the tasks that e's spill queues have room for, in
+// the chunks they hold and those they keep free.
+func spillMemory(e *Engine[func()]) int {
+	n := 0
+	for i := range e.shards {
+		s := &e.shards[i]
+		s.mu.Lock()
+		for _, list := range []*chunk[func()]{s.q.head, s.q.free} {
+			for c := list; c != nil; c = c.next {
+				n += len(c.items)
+			}
+		}
+		s.mu.Unlock()
+	}
+	return n
+}
+
+func TestEngineReaperTrimsSpillQueues(t *testing.T) {
+	leak.Check(t)
+	for _, idle := range []time.Duration{0, 5 * time.Millisecond} {
+		e := New(Config[func()]{MaxWorkers: 1, QueueSize: -1, IdleTimeout: idle, Run: func(f func()) { f() }})
+		gate := make(chan struct{})
+		e.Push(nil, func() { <-gate })
+		for range 100_000 {
+			e.Push(nil, func() {})
+		}
+		if m := spillMemory(e); m < 90_000 {
+			t.Fatalf("idle %v: a backlog of 100,000 tasks spilled into chunks for %d", idle, m)
+		}
+		close(gate)
+		if err := e.Wait(nil); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(5 * time.Second)
+		for spillMemory(e) > len(e.shards)*keepChunk {
+			if time.Now().After(deadline) {
+				t.Fatalf("idle %v: spill queues still hold chunks for %d tasks 5s after the burst; stats %+v", idle, spillMemory(e), e.Stats())
+			}
+			time.Sleep(time.Millisecond)
+		}
+		stop(e)
+	}
+}

@@ -107,7 +107,9 @@ func (e *Engine[T]) release(keep int64) bool {
 }
 
 // flush publishes the worker's finished tasks; idle tells whether the
-// worker found no more work.
+// worker found no more work, and then it wakes Wait's callers if no task is
+// left unfinished. Every worker publishes before it looks, so the last
+// one to finish sees the others' counts.
 func (w *worker[T]) flush(idle bool) {
 	if w.done > 0 {
 		w.e.completed.Add(uint64(w.done))
@@ -115,15 +117,16 @@ func (w *worker[T]) flush(idle bool) {
 		w.done = 0
 	}
 	if idle {
-		w.e.idleSig.Broadcast()
+		w.e.idleSig.BroadcastIf(w.e.quiet)
 	}
 }
 
-// main is the worker's goroutine. It runs below the frames that spell the
-// engine's number (see InWorker).
-func (w *worker[T]) main() { RunAs(w.e.id, w.work) }
+// main is the worker's goroutine. It runs Run below the frames that spell
+// the engine's number (see InWorker).
+func (w *worker[T]) main() { RunAs(w.e.id, w) }
 
-func (w *worker[T]) work() {
+// Run is the worker's life: it runs tasks until the worker retires.
+func (w *worker[T]) Run() {
 	e := w.e
 	e.starting.Add(-1)
 	e.alive.Add(1)
@@ -327,6 +330,8 @@ func (w *worker[T]) park() (t T, r parkResult) {
 		e.release(0)
 		if e.queued() > 0 {
 			e.spawn()
+		} else if e.workers.Load()&countMask == 0 {
+			e.trim() // there is no reaper to do it
 		}
 		return t, retire
 	}

@@ -47,6 +47,17 @@ func (s *Cond) Wait(ctx context.Context, cond func() bool) error {
 	}
 }
 
+// BroadcastIf is Broadcast for a condition that the notifier can test
+// itself: it wakes the waiters only if someone waits and cond reports true,
+// which spares the waiters a wake-up (and a new channel) for each change
+// that leaves their condition false.
+func (s *Cond) BroadcastIf(cond func() bool) {
+	if s.waiters.Load() == 0 || !cond() {
+		return
+	}
+	s.Broadcast()
+}
+
 // Broadcast wakes every current waiter so that it re-tests its condition.
 // Call it after changing the state the conditions read.
 func (s *Cond) Broadcast() {
