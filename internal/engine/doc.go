@@ -95,7 +95,8 @@
 // timer, so starting a worker allocates only the worker and its goroutine.
 // Idle workers retire after an idle timeout, down to a minimum: one timer
 // per engine retires them oldest first (idle.go). The rings are allocated
-// with the engine; spill queue chunks double in size as a backlog grows
-// and a drained shard keeps one small chunk, so a backlog of n tasks costs
-// about log2(n) allocations and the memory of a burst is returned.
+// with the engine. Spill queue chunks double in size as a backlog grows,
+// so a backlog of n tasks costs about log2(n) allocations; emptied chunks
+// are kept for the next burst, and the same timer gives them back once
+// the queue has drained (fifo.go).
 package engine
