@@ -326,16 +326,22 @@ func (e *Engine[T]) enqueue(t T) error {
 // any (see stalled), wakes a parked worker or starts one. Every fourth
 // look also checks for searchers that may be late rather than stuck: a
 // worker woken over staleWake ago that has not started, or s spilling a
-// backlog. Those wake a parked worker, but start new ones only up to
-// GOMAXPROCS: when the processors are busy a new worker would wait like
-// the last, and with one producer of tiny tasks this rule alone started
-// some 250 workers a run (rand 1u-1Mt); capped, crew starts a dozen, does
-// the work as fast and allocates half as much. The rarer checks read the
-// clock, and hold for long stretches of a busy engine.
+// backlog. Late searchers, and a stall while a woken worker has yet to
+// start, wake a parked worker but start new ones only up to GOMAXPROCS:
+// the worker on its way will come, and when it is late the processors are
+// busy, so a new one would wait like it. With one producer of tiny tasks,
+// each of these rules alone started dozens to hundreds of workers a run
+// (rand 1u-1Mt); capped, crew starts a handful, does the work as fast and
+// allocates a fraction. The rarer checks read the clock, and hold for
+// long stretches of a busy engine.
 func (e *Engine[T]) wakeIfStale(s *shard[T], n uint64, spilled bool) {
 	switch {
 	case !spilled && s.stalled(n):
-		e.wakeStale(e.maxWorkers.Load())
+		limit := e.maxWorkers.Load()
+		if e.starting.Load() > 0 {
+			limit = min(limit, e.procs)
+		}
+		e.wakeStale(limit)
 	case n%(4*staleEvery) != 0:
 	case spilled || e.starting.Load() > 0 && e.now()-e.lastWake.Load() > int64(staleWake):
 		e.wakeStale(min(e.maxWorkers.Load(), e.procs))
