@@ -545,6 +545,9 @@ func (e *Engine[T]) finished() uint64 {
 func (e *Engine[T]) enlist(w *worker[T]) {
 	e.allMu.Lock()
 	w.slot = len(e.all)
+	if e.all == nil {
+		e.all = make([]*worker[T], 0, 8) // once, not at 1, 2 and 4 workers
+	}
 	e.all = append(e.all, w)
 	e.allMu.Unlock()
 }

@@ -51,15 +51,15 @@ func TestFIFOTrimReturnsBurstMemory(t *testing.T) {
 			t.Fatalf("pop %d after trim = %d, %v", i, got, ok)
 		}
 	}
-	if q.head == nil || len(q.head.items) <= keepChunk {
+	if len(q.chunks) != 1 || len(q.chunks[0]) <= keepChunk {
 		t.Fatalf("drained queue kept no big chunk for the next burst")
 	}
 	q.trim()
-	if q.head != nil && len(q.head.items) > keepChunk {
-		t.Fatalf("trimmed queue keeps a chunk of %d tasks", len(q.head.items))
+	if len(q.chunks) > 0 && len(q.chunks[0]) > keepChunk {
+		t.Fatalf("trimmed queue keeps a chunk of %d tasks", len(q.chunks[0]))
 	}
-	if q.free != nil {
-		t.Fatalf("trimmed queue keeps free chunks")
+	if len(q.free) != 0 {
+		t.Fatalf("trimmed queue keeps %d free chunks", len(q.free))
 	}
 	q.push(1)
 	q.push(2)

@@ -152,9 +152,11 @@ func funcName(f func(uint64, Runner)) string {
 	return runtime.FuncForPC(reflect.ValueOf(f).Pointer()).Name()
 }
 
-// callerIDs returns the numbers that the calling goroutine runs under (see
-// RunAs), innermost first.
-func callerIDs() []uint64 {
+// CallerIs reports whether the calling goroutine runs under id, that is,
+// whether the call comes from inside r.Run of a RunAs(id, r) that has not
+// returned. It walks the caller's stack, which costs microseconds and a
+// few allocations: call it only on a path that is about to block.
+func CallerIs(id uint64) bool {
 	pcs := make([]uintptr, 64)
 	for {
 		n := runtime.Callers(1, pcs)
@@ -164,8 +166,10 @@ func callerIDs() []uint64 {
 		}
 		pcs = make([]uintptr, 2*len(pcs))
 	}
-	var ids []uint64
-	var id uint64
+	// Decode each run of digit frames, innermost first; a run may be
+	// another number (more than one when a task runs another engine's
+	// worker loop).
+	var got uint64
 	in := false // between an end frame and its RunAs frame
 	frames := runtime.CallersFrames(pcs)
 	for more := true; more; {
@@ -174,29 +178,16 @@ func callerIDs() []uint64 {
 		d, isDigit := digitOf[f.Function]
 		switch {
 		case f.Function == endName:
-			in, id = true, 0
+			in, got = true, 0
 		case isDigit && in:
-			id = id*digitBase + d // the innermost digit frame holds the highest digit
+			got = got*digitBase + d // the innermost digit frame holds the highest digit
 		case f.Function == runAsName:
-			if in && id != 0 {
-				ids = append(ids, id)
+			if in && got == id && id != 0 {
+				return true
 			}
 			in = false
 		}
 		// Any other frame (next, when not inlined) lies between.
-	}
-	return ids
-}
-
-// CallerIs reports whether the calling goroutine runs under id, that is,
-// whether the call comes from inside r.Run of a RunAs(id, r) that has not
-// returned. It walks the caller's stack, which costs microseconds: call it
-// only on a path that is about to block.
-func CallerIs(id uint64) bool {
-	for _, got := range callerIDs() {
-		if got == id {
-			return true
-		}
 	}
 	return false
 }

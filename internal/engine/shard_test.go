@@ -275,9 +275,9 @@ func spillMemory(e *Engine[func()]) int {
 	for i := range e.shards {
 		s := &e.shards[i]
 		s.mu.Lock()
-		for _, list := range []*chunk[func()]{s.q.head, s.q.free} {
-			for c := list; c != nil; c = c.next {
-				n += len(c.items)
+		for _, list := range [][][]func(){s.q.chunks, s.q.free} {
+			for _, c := range list {
+				n += len(c)
 			}
 		}
 		s.mu.Unlock()
