@@ -35,16 +35,16 @@ type fifo[T any] struct {
 	grown  int // the size of the last chunk allocated
 }
 
-// lists is how many chunks each of the queue's two lists holds before it
-// grows: 16 chunks hold over half a million tasks.
-const lists = 16
+// listCap is the room each of a queue's two lists of chunks starts with:
+// 16 chunks hold over half a million tasks.
+const listCap = 16
 
 func (q *fifo[T]) push(t T) {
 	n := len(q.chunks)
 	if q.chunks == nil {
-		// Both lists in one allocation, each with room for a few chunks.
-		both := make([][]T, 2*lists)
-		q.chunks, q.free = both[:0:lists], both[lists:lists:2*lists]
+		// Both lists in one allocation.
+		both := make([][]T, 2*listCap)
+		q.chunks, q.free = both[:0:listCap], both[listCap:listCap:2*listCap]
 	}
 	if n == 0 || int(q.w) == len(q.chunks[n-1]) {
 		q.chunks = append(q.chunks, q.acquire())
