@@ -47,7 +47,7 @@ func (q *fifo[T]) push(t T) {
 		q.chunks, q.free = both[:0:listCap], both[listCap:listCap:2*listCap]
 	}
 	if n == 0 || int(q.w) == len(q.chunks[n-1]) {
-		q.chunks = append(q.chunks, q.acquire())
+		q.chunks = appendChunk(q.chunks, q.acquire())
 		q.w = 0
 		n++
 	}
@@ -67,13 +67,25 @@ func (q *fifo[T]) pop() (t T, ok bool) {
 	case len(q.chunks) == 1 && q.r == q.w:
 		q.r, q.w = 0, 0 // empty: rewind into the chunk
 	case len(q.chunks) > 1 && int(q.r) == len(head):
-		q.free = append(q.free, head)
+		q.free = appendChunk(q.free, head)
 		n := copy(q.chunks, q.chunks[1:])
 		q.chunks[n] = nil // the vacated slot must not keep a chunk alive
 		q.chunks = q.chunks[:n]
 		q.r = 0
 	}
 	return t, true
+}
+
+// appendChunk appends c to list. A list that outgrows its array leaves
+// that array's slots cleared: the two lists start in one array, and slots
+// left behind there would keep chunks alive after trim.
+func appendChunk[T any](list [][]T, c []T) [][]T {
+	if len(list) < cap(list) {
+		return append(list, c)
+	}
+	grown := append(list, c)
+	clear(list)
+	return grown
 }
 
 // peek returns the task at the head without removing it.
@@ -101,11 +113,15 @@ func (q *fifo[T]) acquire() []T {
 
 // trim gives back the free chunks, and the chunk of a drained queue if it
 // holds more than keepChunk tasks. A queue that holds tasks keeps its
-// chunks.
+// chunks, and keeps growing from the last size it allocated.
 func (q *fifo[T]) trim() {
 	clear(q.free)
-	q.free, q.grown = q.free[:0], 0
-	if _, ok := q.peek(); !ok && len(q.chunks) == 1 && len(q.chunks[0]) > keepChunk {
+	q.free = q.free[:0]
+	if _, ok := q.peek(); ok {
+		return
+	}
+	q.grown = 0
+	if len(q.chunks) == 1 && len(q.chunks[0]) > keepChunk {
 		q.chunks[0] = nil
 		q.chunks = q.chunks[:0]
 		q.r, q.w = 0, 0

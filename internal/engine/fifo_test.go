@@ -1,6 +1,10 @@
 package engine
 
-import "testing"
+import (
+	"runtime"
+	"testing"
+	"weak"
+)
 
 func TestFIFOKeepsOrderAcrossChunks(t *testing.T) {
 	var q fifo[int]
@@ -83,5 +87,60 @@ func TestFIFOSteadyStreamDoesNotAllocate(t *testing.T) {
 	})
 	if allocs != 0 {
 		t.Fatalf("%.1f allocations per 100 pushes and pops of a drained queue", allocs)
+	}
+}
+
+// Chunks that trim gives back become garbage, even after the lists of
+// chunks outgrew the array they started in.
+func TestFIFOTrimmedChunksAreCollected(t *testing.T) {
+	var q fifo[int]
+	seen := map[weak.Pointer[int]]bool{}
+	note := func() {
+		for _, list := range [][][]int{q.chunks, q.free} {
+			for _, c := range list {
+				seen[weak.Make(&c[0])] = true
+			}
+		}
+	}
+	const n = 600_000 // more chunks than listCap
+	for i := range n {
+		q.push(i)
+		if i%minChunk == 0 {
+			note()
+		}
+	}
+	note()
+	for range n {
+		q.pop()
+	}
+	q.trim()
+	runtime.GC()
+	alive := 0
+	for p := range seen {
+		if p.Value() != nil {
+			alive++
+		}
+	}
+	if alive > len(q.chunks) {
+		t.Fatalf("%d of %d chunks still reachable after trim; the queue holds %d", alive, len(seen), len(q.chunks))
+	}
+	runtime.KeepAlive(&q)
+}
+
+// A trim while the queue holds tasks keeps its chunks and its growth.
+func TestFIFOTrimKeepsABacklog(t *testing.T) {
+	var q fifo[int]
+	for i := range 100_000 {
+		q.push(i)
+	}
+	grown := q.grown
+	q.trim()
+	if q.grown != grown {
+		t.Fatalf("trim of a queue with a backlog set the next chunk size from %d to %d", grown, q.grown)
+	}
+	for i := range 100_000 {
+		if got, ok := q.pop(); !ok || got != i {
+			t.Fatalf("pop %d after trim = %d, %v", i, got, ok)
+		}
 	}
 }

@@ -145,9 +145,7 @@ func (s *shard[T]) pushRing(t T) uint64 {
 }
 
 // pop takes the oldest task. The spill queue's lock is skipped when busy
-// unless wait is set. A worker that takes from the spill queue moves what
-// fits of the rest into the ring, so that a backlog costs the workers a
-// lock per ringful, not per task.
+// unless wait is set.
 func (s *shard[T]) pop(wait bool) (t T, ok bool) {
 	if t, ok = s.popRing(); ok || !s.spilling.Load() {
 		return t, ok
@@ -158,6 +156,18 @@ func (s *shard[T]) pop(wait bool) (t T, ok bool) {
 		return t, false
 	}
 	defer s.mu.Unlock()
+	return s.popSpilled()
+}
+
+// popSpilled takes the oldest task of a shard that was spilling when the
+// caller looked, with s.mu held. A worker that takes from the spill queue
+// moves what fits of the rest into the ring, so that a backlog costs the
+// workers a lock per ringful, not per task. The spill queue may have been
+// moved into the ring while the caller waited for the lock, so an empty
+// one sends it back to the ring: a worker's last look before it parks
+// that missed those tasks would leave them queued with nobody to take
+// them (bug 15 in RELIABILITY.md).
+func (s *shard[T]) popSpilled() (t T, ok bool) {
 	if t, ok = s.q.pop(); ok {
 		var moved uint64
 		for {
@@ -176,7 +186,10 @@ func (s *shard[T]) pop(wait bool) (t T, ok bool) {
 	if _, more := s.q.peek(); !more {
 		s.spilling.Store(false)
 	}
-	return t, ok
+	if !ok {
+		return s.popRing()
+	}
+	return t, true
 }
 
 // popRing takes the task in the oldest cell, if that is full. A cell that a
@@ -240,13 +253,13 @@ func (s *shard[T]) stalled(n uint64) bool {
 	return s.checked.Swap(read) == read
 }
 
-// trim gives back the memory that a past backlog left in the spill queue,
-// unless the queue holds tasks or its lock is busy.
+// trim gives back the memory that a past backlog left in the spill queue.
+// It waits for the lock: its callers come once per idle timeout, or once
+// as the last worker leaves, and a skipped shard would keep its memory.
 func (s *shard[T]) trim() {
-	if s.mu.TryLock() {
-		s.q.trim()
-		s.mu.Unlock()
-	}
+	s.mu.Lock()
+	s.q.trim()
+	s.mu.Unlock()
 }
 
 // close refuses every later push.

@@ -268,21 +268,25 @@ func TestShardStalled(t *testing.T) {
 	}
 }
 
-// spillMemory reports the tasks that e's spill queues have room for, in
-// the chunks they hold and those they keep free.
-func spillMemory(e *Engine[func()]) int {
-	n := 0
+// spillRoom reports the tasks that e's spill queues have room for, in the
+// chunks they hold and those they keep free, and whether every shard is
+// trimmed: no free chunk, and at most one chunk of at most keepChunk.
+func spillRoom(e *Engine[func()]) (room int, trimmed bool) {
+	trimmed = true
 	for i := range e.shards {
 		s := &e.shards[i]
 		s.mu.Lock()
 		for _, list := range [][][]func(){s.q.chunks, s.q.free} {
 			for _, c := range list {
-				n += len(c)
+				room += len(c)
 			}
+		}
+		if len(s.q.free) > 0 || len(s.q.chunks) > 1 || len(s.q.chunks) == 1 && len(s.q.chunks[0]) > keepChunk {
+			trimmed = false
 		}
 		s.mu.Unlock()
 	}
-	return n
+	return room, trimmed
 }
 
 func TestEngineReaperTrimsSpillQueues(t *testing.T) {
@@ -294,20 +298,54 @@ func TestEngineReaperTrimsSpillQueues(t *testing.T) {
 		for range 100_000 {
 			e.Push(nil, func() {})
 		}
-		if m := spillMemory(e); m < 90_000 {
-			t.Fatalf("idle %v: a backlog of 100,000 tasks spilled into chunks for %d", idle, m)
+		if room, _ := spillRoom(e); room < 90_000 {
+			t.Fatalf("idle %v: a backlog of 100,000 tasks spilled into chunks for %d", idle, room)
 		}
 		close(gate)
 		if err := e.Wait(nil); err != nil {
 			t.Fatal(err)
 		}
 		deadline := time.Now().Add(5 * time.Second)
-		for spillMemory(e) > len(e.shards)*keepChunk {
+		for {
+			room, trimmed := spillRoom(e)
+			if trimmed {
+				break
+			}
 			if time.Now().After(deadline) {
-				t.Fatalf("idle %v: spill queues still hold chunks for %d tasks 5s after the burst; stats %+v", idle, spillMemory(e), e.Stats())
+				t.Fatalf("idle %v: spill queues still hold chunks for %d tasks 5s after the burst; stats %+v", idle, room, e.Stats())
 			}
 			time.Sleep(time.Millisecond)
 		}
 		stop(e)
+	}
+}
+
+// A worker's last look before it parks waits for the spill queue's lock.
+// If the holder moved the spill queue into the ring meanwhile, the look
+// must find those tasks there, or it parks with tasks queued and nobody
+// to take them (bug 15).
+func TestShardLastLookSeesTasksMovedIntoTheRing(t *testing.T) {
+	leak.Check(t)
+	s := newShard()
+	for i := range ringSize + 10 {
+		add(s, i)
+	}
+	for range ringSize {
+		s.popRing() // other workers empty the ring; 10 tasks are spilled
+	}
+	// Both workers found the ring empty and the shard spilling. The first
+	// to get the lock takes one task and moves the rest into the ring.
+	s.mu.Lock()
+	first, ok := s.popSpilled()
+	s.mu.Unlock()
+	if !ok || first != ringSize {
+		t.Fatalf("first worker took %d, %v; want %d", first, ok, ringSize)
+	}
+	// The second, its last look, had been waiting for the lock.
+	s.mu.Lock()
+	second, ok := s.popSpilled()
+	s.mu.Unlock()
+	if !ok || second != ringSize+1 {
+		t.Fatalf("last look after the move took %d, %v; want %d (len %d)", second, ok, ringSize+1, s.len())
 	}
 }

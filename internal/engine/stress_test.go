@@ -320,6 +320,47 @@ func TestEngineStress(t *testing.T) {
 	t.Logf("%d rounds: %d tasks accepted, %d ran, %d dropped in %v", rounds, accepted, ran, dropped, time.Since(start).Round(time.Millisecond))
 }
 
+// Tasks that wait for tasks queued after them need a worker each, all at
+// once: a chain of links, each blocked until the next has run, among many
+// tiny tasks from several producers. Every link must find a worker below
+// the limit, whatever the parking and spilling in between; a missed wake
+// leaves the chain stuck with nobody searching (bug 15 hung here about
+// once in a thousand rounds).
+func TestEngineStressChainedTasks(t *testing.T) {
+	leak.Check(t)
+	budget := stStressBudget(t)
+	const links, producers, filler = 60, 4, 50
+	start := time.Now()
+	rounds := 0
+	for ; rounds == 0 || time.Since(start) < budget; rounds++ {
+		idle := []time.Duration{0, 100 * time.Microsecond}[rounds%2]
+		e := New(Config[func()]{MaxWorkers: links + producers, QueueSize: -1, IdleTimeout: idle, Run: func(f func()) { f() }})
+		var ran [links + 1]chan struct{}
+		for i := range ran {
+			ran[i] = make(chan struct{})
+		}
+		close(ran[links])
+		var wg sync.WaitGroup
+		for p := range producers {
+			wg.Go(func() {
+				for i := p; i < links; i += producers {
+					e.Push(nil, func() { <-ran[i+1]; close(ran[i]) })
+					for range filler {
+						e.Push(nil, func() {})
+					}
+				}
+			})
+		}
+		wg.Wait()
+		ok := stWithin(t, 10*time.Second, "the chain", func() { <-ran[0] })
+		if !ok {
+			t.Fatalf("round %d, idle timeout %v: chain stuck; stats %+v", rounds, idle, e.Stats())
+		}
+		stop(e)
+	}
+	t.Logf("%d rounds in %v", rounds, time.Since(start).Round(time.Millisecond))
+}
+
 // A worker's last look at the queues before it parks must not skip a shard
 // whose lock is busy: if the holder will not wake anyone (Close, which locks
 // every shard in turn at the start of Stop, or a worker that then retires),
