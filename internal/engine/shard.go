@@ -144,11 +144,27 @@ func (s *shard[T]) pushRing(t T) uint64 {
 	}
 }
 
-// pop takes the oldest task. The spill queue's lock is skipped when busy
-// unless wait is set.
+// pop takes the oldest task. wait is set for a worker's last look before
+// it parks, which must not miss a task: it waits for a busy spill queue's
+// lock, where others skip it (they look again).
 func (s *shard[T]) pop(wait bool) (t T, ok bool) {
-	if t, ok = s.popRing(); ok || !s.spilling.Load() {
+	if t, ok = s.popRing(); ok || !wait && !s.spilling.Load() {
 		return t, ok
+	}
+	return s.popBehindRing(wait)
+}
+
+// popBehindRing is pop once the ring was found empty.
+func (s *shard[T]) popBehindRing(wait bool) (t T, ok bool) {
+	if !s.spilling.Load() {
+		if wait {
+			// Since the ring looked empty, a worker may have moved
+			// the whole spill queue into it and cleared spilling: a
+			// last look that missed those tasks would park with them
+			// queued and nobody to take them (bug 18).
+			return s.popRing()
+		}
+		return t, false
 	}
 	if wait {
 		s.mu.Lock()
@@ -166,7 +182,7 @@ func (s *shard[T]) pop(wait bool) (t T, ok bool) {
 // moved into the ring while the caller waited for the lock, so an empty
 // one sends it back to the ring: a worker's last look before it parks
 // that missed those tasks would leave them queued with nobody to take
-// them (bug 15 in RELIABILITY.md).
+// them (bug 15 in RELIABILITY.md; bug 18 is its twin in popBehindRing).
 func (s *shard[T]) popSpilled() (t T, ok bool) {
 	if t, ok = s.q.pop(); ok {
 		var moved uint64

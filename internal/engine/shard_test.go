@@ -349,3 +349,30 @@ func TestShardLastLookSeesTasksMovedIntoTheRing(t *testing.T) {
 		t.Fatalf("last look after the move took %d, %v; want %d (len %d)", second, ok, ringSize+1, s.len())
 	}
 }
+
+// The same as a last look can see it without the lock: it finds the ring
+// empty, and before it reads the spilling flag, another worker takes the
+// spill queue's first task and moves the rest into the ring, clearing the
+// flag. The look must then find them in the ring (bug 18).
+func TestShardLastLookSeesTasksMovedBeforeTheFlag(t *testing.T) {
+	leak.Check(t)
+	s := newShard()
+	for i := range ringSize + 10 {
+		add(s, i)
+	}
+	for range ringSize {
+		s.popRing() // other workers empty the ring; 10 tasks are spilled
+	}
+	if _, ok := s.popRing(); ok { // the last look's first step
+		t.Fatal("the ring should be empty")
+	}
+	if first, ok := s.pop(false); !ok || first != ringSize { // a worker back from its task moves the rest
+		t.Fatalf("the moving worker took %d, %v; want %d", first, ok, ringSize)
+	}
+	if s.spilling.Load() {
+		t.Fatal("the spill queue should be empty and the flag cleared")
+	}
+	if got, ok := s.popBehindRing(true); !ok || got != ringSize+1 { // the last look's second step
+		t.Fatalf("last look after the move took %d, %v; want %d (len %d)", got, ok, ringSize+1, s.len())
+	}
+}
