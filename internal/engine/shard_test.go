@@ -320,19 +320,26 @@ func TestEngineReaperTrimsSpillQueues(t *testing.T) {
 	}
 }
 
+// spilledShard returns a shard whose ring other workers have emptied,
+// with tasks ringSize to ringSize+9 left in its spill queue.
+func spilledShard() *shard[int] {
+	s := newShard()
+	for i := range ringSize + 10 {
+		add(s, i)
+	}
+	for range ringSize {
+		s.popRing()
+	}
+	return s
+}
+
 // A worker's last look before it parks waits for the spill queue's lock.
 // If the holder moved the spill queue into the ring meanwhile, the look
 // must find those tasks there, or it parks with tasks queued and nobody
 // to take them (bug 15).
 func TestShardLastLookSeesTasksMovedIntoTheRing(t *testing.T) {
 	leak.Check(t)
-	s := newShard()
-	for i := range ringSize + 10 {
-		add(s, i)
-	}
-	for range ringSize {
-		s.popRing() // other workers empty the ring; 10 tasks are spilled
-	}
+	s := spilledShard()
 	// Both workers found the ring empty and the shard spilling. The first
 	// to get the lock takes one task and moves the rest into the ring.
 	s.mu.Lock()
@@ -356,13 +363,7 @@ func TestShardLastLookSeesTasksMovedIntoTheRing(t *testing.T) {
 // flag. The look must then find them in the ring (bug 18).
 func TestShardLastLookSeesTasksMovedBeforeTheFlag(t *testing.T) {
 	leak.Check(t)
-	s := newShard()
-	for i := range ringSize + 10 {
-		add(s, i)
-	}
-	for range ringSize {
-		s.popRing() // other workers empty the ring; 10 tasks are spilled
-	}
+	s := spilledShard()
 	if _, ok := s.popRing(); ok { // the last look's first step
 		t.Fatal("the ring should be empty")
 	}
