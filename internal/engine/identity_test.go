@@ -51,26 +51,6 @@ func TestInWorkerTellsEnginesApart(t *testing.T) {
 	}
 }
 
-// A worker of one engine may run as a task of another (Config.Start): its
-// tasks are inside both.
-func TestInWorkerSeesNestedEngines(t *testing.T) {
-	leak.Check(t)
-	outer := newFuncEngine(2)
-	defer stop(outer)
-	inner := New(Config[func()]{
-		MaxWorkers: 1,
-		QueueSize:  -1,
-		Run:        func(f func()) { f() },
-		Start:      func(loop func()) bool { return outer.TryPush(loop) == nil },
-	})
-	defer stop(inner)
-	other := newFuncEngine(1)
-	defer stop(other)
-	if !inTask(t, inner, func() bool { return inner.InWorker() && outer.InWorker() && !other.InWorker() }) {
-		t.Error("a task of the nested engine is not seen inside both engines, and only them")
-	}
-}
-
 func TestInWorkerOnADeepStack(t *testing.T) {
 	leak.Check(t)
 	e := newFuncEngine(1)

@@ -76,16 +76,7 @@ func (e *Engine[T]) spawn() bool {
 	}
 	e.searching.Add(1)
 	e.starting.Add(1)
-	w := &worker[T]{e: e, home: e.nextHome.Add(1)}
-	w.sem.Lock() // no go-ahead yet
-	if e.start == nil {
-		go w.main()
-	} else if !e.start(w.main) {
-		e.searching.Add(-1)
-		e.starting.Add(-1)
-		e.release(0)
-		return false
-	}
+	go e.newWorker()
 	return true
 }
 
@@ -121,9 +112,13 @@ func (w *worker[T]) flush(idle bool) {
 	}
 }
 
-// main is the worker's goroutine. It runs Run below the frames that spell
-// the engine's number (see InWorker).
-func (w *worker[T]) main() { RunAs(w.e.id, w) }
+// runWorker is a new worker's goroutine. It runs the worker's Run below
+// the frames that spell the engine's number (see InWorker).
+func (e *Engine[T]) runWorker() {
+	w := &worker[T]{e: e, home: e.nextHome.Add(1)}
+	w.sem.Lock() // no go-ahead yet
+	RunAs(e.id, w)
+}
 
 // Run is the worker's life: it runs tasks until the worker retires.
 func (w *worker[T]) Run() {
