@@ -312,9 +312,17 @@ func TestLatencyTrackTimesAGroup(t *testing.T) {
 	defer p.Stop()
 	var lat crew.Latency
 	g := p.Group(context.Background(), crew.WithLimit(1))
+	// The first task waits until all ten are submitted, so that the
+	// submitting loop, if it is descheduled, cannot shorten the waits.
+	submitted := make(chan struct{})
 	for range 10 {
-		g.Go(lat.Track(func(context.Context) error { spin(100 * time.Microsecond); return nil }))
+		g.Go(lat.Track(func(context.Context) error {
+			<-submitted
+			spin(100 * time.Microsecond)
+			return nil
+		}))
 	}
+	close(submitted)
 	if err := g.Wait(); err != nil {
 		t.Fatal(err)
 	}

@@ -3,7 +3,9 @@ package crewexpvar_test
 import (
 	"encoding/json"
 	"expvar"
+	"fmt"
 	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,6 +14,8 @@ import (
 	"github.com/gocrew/crew/internal/leak"
 )
 
+var publishRuns atomic.Int64
+
 func TestPublishServesPoolStats(t *testing.T) {
 	leak.Check(t)
 	p := crew.New(3, crew.WithName("expvar-test"), crew.WithLatency(), crew.WithPanicHandler(func(*crew.PanicError) {}))
@@ -19,34 +23,42 @@ func TestPublishServesPoolStats(t *testing.T) {
 		p.Go(func() {})
 	}
 	p.Go(func() { panic("boom") })
-	crewexpvar.Publish("crew.expvar-test", p)
+	// The names are new in each run of the test (go test -count): a
+	// published name cannot be published again.
+	run := publishRuns.Add(1)
+	poolName, plainName := fmt.Sprintf("crew.expvar-test-%d", run), fmt.Sprintf("crew.plain-%d", run)
+	crewexpvar.Publish(poolName, p)
 	plain := crew.New(1)
-	crewexpvar.Publish("crew.plain", plain)
+	crewexpvar.Publish(plainName, plain)
 	p.Stop()
 	plain.Stop()
 
 	// Read it the way a monitoring system does: from /debug/vars.
 	rec := httptest.NewRecorder()
 	expvar.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/debug/vars", nil))
-	var vars struct {
-		Pool  crewexpvar.Snapshot `json:"crew.expvar-test"`
-		Plain map[string]any      `json:"crew.plain"`
-	}
+	var vars map[string]json.RawMessage
 	if err := json.Unmarshal(rec.Body.Bytes(), &vars); err != nil {
 		t.Fatalf("%v\n%s", err, rec.Body)
 	}
-	s := vars.Pool
+	var s crewexpvar.Snapshot
+	var plainVars map[string]any
+	if err := json.Unmarshal(vars[poolName], &s); err != nil {
+		t.Fatalf("%s: %v\n%s", poolName, err, rec.Body)
+	}
+	if err := json.Unmarshal(vars[plainName], &plainVars); err != nil {
+		t.Fatalf("%s: %v\n%s", plainName, err, rec.Body)
+	}
 	if s.Name != "expvar-test" || s.MaxWorkers != 3 || s.Submitted != 11 || s.Completed != 11 || s.Panicked != 1 || s.Workers != 0 {
 		t.Errorf("published %+v", s)
 	}
 	if s.Wait == nil || s.Run == nil || s.Run.Count != 11 || s.Wait.Count != 11 || s.Run.MaxNs < s.Run.P50Ns {
 		t.Errorf("latency %+v %+v", s.Wait, s.Run)
 	}
-	if _, ok := vars.Plain["wait"]; ok {
-		t.Errorf("a pool without WithLatency publishes latency: %v", vars.Plain)
+	if _, ok := plainVars["wait"]; ok {
+		t.Errorf("a pool without WithLatency publishes latency: %v", plainVars)
 	}
-	if vars.Plain["max_workers"] != 1.0 {
-		t.Errorf("plain pool: %v", vars.Plain)
+	if plainVars["max_workers"] != 1.0 {
+		t.Errorf("plain pool: %v", plainVars)
 	}
 }
 
