@@ -274,7 +274,9 @@ func (p *Pool) Shutdown(ctx context.Context) error {
 
 // Resize changes the worker limit to n. When n grows, workers start at once
 // for queued tasks; when it shrinks, workers beyond n retire as they finish
-// their current task. No task is lost or run twice. A bounded queue keeps
+// their current task, and idle ones (Stats.Idle) as they are woken. A worker
+// that was looking for a task as Resize returned may still start one. No
+// task is lost or run twice. A bounded queue keeps
 // its size. Resize returns an error wrapping ErrInvalid if n < 1.
 func (p *Pool) Resize(n int) error {
 	switch {

@@ -8,7 +8,7 @@ import "github.com/gocrew/crew/internal/engine"
 type Stats struct {
 	MaxWorkers int // the worker limit
 	Workers    int // live worker goroutines
-	Idle       int // workers parked waiting for a task
+	Idle       int // workers parked until a task wakes them
 	Running    int // tasks running now
 	Queued     int // tasks waiting for a worker
 

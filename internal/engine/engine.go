@@ -502,6 +502,8 @@ func (e *Engine[T]) Resize(n int) {
 // Stats is a snapshot of the engine's counters. Fields are read one by one
 // while tasks run, so they are consistent only when the engine is quiet.
 type Stats struct {
+	// Idle counts the parked workers past their last look at the queues:
+	// only a wake-up, which checks the worker limit, gives them a task.
 	Workers, Idle, Searching int
 	Queued, Unfinished       int64
 	Completed                uint64 // tasks that ran to the end or panicked
@@ -517,7 +519,7 @@ func (e *Engine[T]) Stats() Stats {
 	completed := e.finished()
 	return Stats{
 		Workers:    int(e.workers.Load() & countMask),
-		Idle:       int(e.idle.n.Load()),
+		Idle:       int(e.idle.asleep.Load()),
 		Searching:  int(e.searching.Load()),
 		Queued:     e.queued(),
 		Unfinished: e.unfinishedAfter(completed),

@@ -75,6 +75,14 @@ func (e *Engine[T]) trim() {
 type idleList[T any] struct {
 	head, tail *worker[T]
 	n          atomic.Int32 // read without the lock to skip it when empty
+	asleep     atomic.Int32 // listed workers past their last look (Stats.Idle)
+}
+
+// sleep records that w, listed, is past its last look at the queues: only
+// a wake-up, which checks the worker limit, sets it running again.
+func (l *idleList[T]) sleep(w *worker[T]) {
+	w.asleep = true
+	l.asleep.Add(1)
 }
 
 func (l *idleList[T]) push(w *worker[T]) {
@@ -109,6 +117,9 @@ func (l *idleList[T]) remove(w *worker[T]) {
 		l.tail = w.idlePrev
 	}
 	w.idlePrev, w.idleNext = nil, nil
+	if w.asleep {
+		l.asleep.Add(-1)
+	}
 	w.parked, w.asleep = false, false
 	l.n.Add(-1)
 }

@@ -497,3 +497,31 @@ func TestEngineLastLookPassesTheWakeOn(t *testing.T) {
 	}
 	stop(e)
 }
+
+// Stats.Idle counts a parked worker only once it is past its last look at
+// the queues. Until then it may take a task without a wake-up, and so
+// without checking a limit that Resize has just lowered: a Pool test that
+// saw two idle workers, shrank the pool to one and submitted tasks saw one
+// of them start beside the two running ones.
+func TestEngineIdleCountsWorkersPastTheirLastLook(t *testing.T) {
+	leak.Check(t)
+	e := newFuncEngine(1)
+	defer stop(e)
+	duringLook := make(chan int, 1)
+	e.testListed = func(uint32) {
+		select {
+		case duringLook <- e.Stats().Idle:
+		default:
+		}
+	}
+	e.Push(nil, func() {})
+	if idle := <-duringLook; idle != 0 {
+		t.Errorf("Stats().Idle = %d while the only worker takes its last look, want 0", idle)
+	}
+	for deadline := time.Now().Add(5 * time.Second); e.Stats().Idle != 1; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the parked worker never counted as idle: %+v", e.Stats())
+		}
+		runtime.Gosched()
+	}
+}

@@ -371,7 +371,9 @@ func (w *worker[T]) park() (t T, r parkResult) {
 	}
 
 	e.idleMu.Lock()
-	w.asleep = w.parked // if not, a waker took us: its go-ahead is on its way
+	if w.parked { // if not, a waker took us: its go-ahead is on its way
+		e.idle.sleep(w)
+	}
 	e.idleMu.Unlock()
 	w.sem.Lock()
 	if w.retire { // the reaper took us off the list and our slot with it
