@@ -79,7 +79,34 @@ func BenchmarkQueuedTaskMemory(b *testing.B) {
 func BenchmarkQueueWait(b *testing.B) {
 	p := crew.New(runtime.GOMAXPROCS(0))
 	defer p.Stop()
+	queueWait(b, func(task func()) { p.Go(task) })
+	p.Wait()
+}
+
+// BenchmarkQueueWaitChannelPool is BenchmarkQueueWait for the hand-made
+// pool, GOMAXPROCS goroutines ranging over a buffered channel, as a
+// baseline for what the machine allows: each task wakes a blocked worker.
+func BenchmarkQueueWaitChannelPool(b *testing.B) {
+	tasks := make(chan func(), 1024)
+	var workers sync.WaitGroup
+	for range runtime.GOMAXPROCS(0) {
+		workers.Go(func() {
+			for task := range tasks {
+				task()
+			}
+		})
+	}
+	defer workers.Wait()
+	defer close(tasks)
+	queueWait(b, func(task func()) { tasks <- task })
+}
+
+// queueWait runs BenchmarkQueueWait's load through submit and reports the
+// waits once the last task has started.
+func queueWait(b *testing.B, submit func(func())) {
 	waits := make([]time.Duration, b.N)
+	var started sync.WaitGroup
+	started.Add(b.N)
 	runtime.GC()
 	defer debug.SetGCPercent(debug.SetGCPercent(-1))
 	b.ResetTimer()
@@ -93,13 +120,15 @@ func BenchmarkQueueWait(b *testing.B) {
 		}
 		start := time.Now()
 		next = start.Add(2 * time.Microsecond)
-		p.Go(func() {
-			waits[i] = time.Since(start)
-			for time.Since(start) < waits[i]+time.Microsecond { // the task's work
+		submit(func() {
+			wait := time.Since(start)
+			waits[i] = wait
+			started.Done()
+			for time.Since(start) < wait+time.Microsecond { // the task's work
 			}
 		})
 	}
-	p.Wait()
+	started.Wait()
 	b.StopTimer()
 	slices.Sort(waits)
 	q := func(f float64) float64 { return float64(waits[int(f*float64(len(waits)-1))]) / 1e3 }
