@@ -38,8 +38,15 @@ const (
 
 	// staleWake is how long a woken worker may take to start looking for
 	// work before producers stop trusting it, and the least time between
-	// two wakes for stale searchers (see wakeIfStale).
+	// two wakes for stale searchers that start a worker (see wakeIfStale).
 	staleWake = 100 * time.Microsecond
+
+	// staleWakeParked is the least time between two wakes for stale
+	// searchers while a parked worker can be woken: waking one is cheap
+	// and undone by its next park, and it bounds what a searcher stuck on
+	// a descheduled processor costs the tasks behind it. At half load the
+	// p99 queue wait was 62-70 µs with 100 µs here, and 21-49 µs with 10.
+	staleWakeParked = 10 * time.Microsecond
 )
 
 // Config configures an Engine. Run or NewRunner is required.
@@ -347,17 +354,22 @@ func (e *Engine[T]) wakeIfStale(s *shard[T], n uint64, spilled bool) {
 	}
 }
 
-// wakeStale wakes a parked worker, or starts one if fewer than limit are
-// live, at most once per staleWake. Its own clock, not the time of the
-// last wake of any kind: a pool at half load wakes parked workers all the
-// time, and a stall must not wait for a quiet moment.
+// wakeStale wakes a parked worker, at most once per staleWakeParked, or
+// starts one if none is parked and fewer than limit are live, at most once
+// per staleWake. Its own clock, not the time of the last wake of any kind:
+// a pool at half load wakes parked workers all the time, and a stall must
+// not wait for a quiet moment.
 func (e *Engine[T]) wakeStale(limit int64) {
-	if e.idle.n.Load() == 0 && e.workers.Load()&countMask >= limit {
-		return // nobody to wake: spare the clock
+	every := staleWakeParked
+	if e.idle.n.Load() == 0 {
+		if e.workers.Load()&countMask >= limit {
+			return // nobody to wake: spare the clock
+		}
+		every = staleWake
 	}
 	now := e.now()
 	last := e.staleWoken.Load()
-	if now-last > int64(staleWake) && e.staleWoken.CompareAndSwap(last, now) {
+	if now-last > int64(every) && e.staleWoken.CompareAndSwap(last, now) {
 		e.wake()
 	}
 }
