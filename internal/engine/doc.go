@@ -39,9 +39,10 @@
 // grows. So every 4th push into a shard checks for that: a task pushed a
 // few pushes ago still waits and nobody has taken one since the last
 // check; and every 16th, a woken worker that has not started or a shard
-// spilling a backlog. It then wakes one more worker, at most once per
-// 100 µs; the second kind, which may only mean busy processors, starts
-// new workers only up to GOMAXPROCS. The first check looks at a ring cell
+// spilling a backlog. It then wakes one more worker: a parked one at most
+// once per 10 µs, a new one at most once per 100 µs; the second kind,
+// which may only mean busy processors, starts new workers only up to
+// GOMAXPROCS. The first check looks at a ring cell
 // the producer has just written and reads the workers' count only when
 // that task still waits, so it is cheap while the workers keep up.
 // Checking only every 16th push for a run of undrained pushes left a
