@@ -78,9 +78,9 @@ type idleList[T any] struct {
 	asleep     atomic.Int32 // listed workers past their last look (Stats.Idle)
 }
 
-// sleep records that w, listed, is past its last look at the queues: only
+// markAsleep records that w, listed, is past its last look at the queues: only
 // a wake-up, which checks the worker limit, sets it running again.
-func (l *idleList[T]) sleep(w *worker[T]) {
+func (l *idleList[T]) markAsleep(w *worker[T]) {
 	w.asleep = true
 	l.asleep.Add(1)
 }

@@ -372,7 +372,7 @@ func (w *worker[T]) park() (t T, r parkResult) {
 
 	e.idleMu.Lock()
 	if w.parked { // if not, a waker took us: its go-ahead is on its way
-		e.idle.sleep(w)
+		e.idle.markAsleep(w)
 	}
 	e.idleMu.Unlock()
 	w.sem.Lock()
