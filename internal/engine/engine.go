@@ -358,10 +358,14 @@ func (e *Engine[T]) wakeIfStale(s *shard[T], n uint64, spilled bool) {
 // starts one if none is parked and fewer than limit are live, at most once
 // per staleWake. Its own clock, not the time of the last wake of any kind:
 // a pool at half load wakes parked workers all the time, and a stall must
-// not wait for a quiet moment.
+// not wait for a quiet moment. A wake at the parked rate never starts a
+// worker: the worker seen parked may have left the list since (to run a
+// task its last look found), and a start in its place would come at ten
+// times the rate that starts are allowed, whatever the limit.
 func (e *Engine[T]) wakeStale(limit int64) {
+	parked := e.idle.n.Load() > 0
 	every := staleWakeParked
-	if e.idle.n.Load() == 0 {
+	if !parked {
 		if e.workers.Load()&countMask >= limit {
 			return // nobody to wake: spare the clock
 		}
@@ -369,7 +373,12 @@ func (e *Engine[T]) wakeStale(limit int64) {
 	}
 	now := e.now()
 	last := e.staleWoken.Load()
-	if now-last > int64(every) && e.staleWoken.CompareAndSwap(last, now) {
+	if now-last <= int64(every) || !e.staleWoken.CompareAndSwap(last, now) {
+		return
+	}
+	if parked {
+		e.wakeParked()
+	} else {
 		e.wake()
 	}
 }

@@ -46,21 +46,29 @@ type endedTask[T any] struct {
 // wake makes sure some worker will look at the queues: it wakes a parked
 // worker, or starts one if the limit allows.
 func (e *Engine[T]) wake() {
-	if e.idle.n.Load() > 0 {
-		e.idleMu.Lock()
-		if w := e.idle.pop(); w != nil {
-			e.searching.Add(1)
-			e.starting.Add(1)
-			e.idleMu.Unlock()
-			e.lastWake.Store(e.now())
-			w.sem.Unlock()
-			return
-		}
-		e.idleMu.Unlock()
-	}
-	if e.spawn() {
+	if !e.wakeParked() && e.spawn() {
 		e.lastWake.Store(e.now())
 	}
+}
+
+// wakeParked wakes a parked worker, if there is one, and reports whether
+// it did.
+func (e *Engine[T]) wakeParked() bool {
+	if e.idle.n.Load() == 0 {
+		return false
+	}
+	e.idleMu.Lock()
+	w := e.idle.pop()
+	if w == nil {
+		e.idleMu.Unlock()
+		return false
+	}
+	e.searching.Add(1)
+	e.starting.Add(1)
+	e.idleMu.Unlock()
+	e.lastWake.Store(e.now())
+	w.sem.Unlock()
+	return true
 }
 
 // spawn starts a worker unless the engine is at its limit or exiting.

@@ -34,3 +34,66 @@ func TestWorkerStartAllocatesOnlyTheWorker(t *testing.T) {
 		t.Errorf("%v allocations per worker start, want 1", allocs)
 	}
 }
+
+// A stall check at the worker limit may wake a parked worker, never start
+// one. Here the engine has limit workers, all busy, and a stand-in worker
+// is listed and unlisted in a loop, as a worker in its last look is. Until
+// the parked-rate wake stopped falling back to starting a worker when the
+// one it saw had left the list, this started 79-723 workers in 300 ms, as
+// often as every 10 µs (found by review).
+func TestWakeStaleAtTheLimitStartsNoWorker(t *testing.T) {
+	leak.Check(t)
+	limit := int64(runtime.GOMAXPROCS(0))
+	e := New(Config[func()]{MaxWorkers: 100_000, QueueSize: -1, IdleTimeout: time.Hour, Run: func(f func()) { f() }})
+	defer stop(e)
+	release := make(chan struct{})
+	defer close(release)
+	for range limit {
+		e.Push(nil, func() { <-release })
+	}
+	for deadline := time.Now().Add(5 * time.Second); e.Stats().Unfinished-e.Stats().Queued != limit; runtime.Gosched() {
+		if time.Now().After(deadline) {
+			t.Fatalf("the %d tasks did not all start: %+v", limit, e.Stats())
+		}
+	}
+
+	standIn := &worker[func()]{e: e}
+	standIn.sem.Lock()
+	done := make(chan struct{})
+	flickered := make(chan struct{})
+	go func() {
+		defer close(flickered)
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			e.idleMu.Lock()
+			e.idle.push(standIn)
+			e.idleMu.Unlock()
+			e.idleMu.Lock()
+			woken := !standIn.parked
+			if !woken {
+				e.idle.remove(standIn)
+			}
+			e.idleMu.Unlock()
+			if woken {
+				standIn.sem.Lock() // take the go-ahead back for the next round
+			}
+		}
+	}()
+	started := 0
+	for deadline := time.Now().Add(300 * time.Millisecond); time.Now().Before(deadline); {
+		before := e.workers.Load()
+		e.wakeStale(limit)
+		if e.workers.Load() > before {
+			started++
+		}
+	}
+	close(done)
+	<-flickered
+	if started > 0 {
+		t.Errorf("wakeStale(%d) with %d busy workers started %d more", limit, limit, started)
+	}
+}
