@@ -15,7 +15,7 @@
 // Instruments, for each pool:
 //
 //	crew.pool.workers          UpDownCounter {worker}  live worker goroutines
-//	crew.pool.workers.idle     UpDownCounter {worker}  workers parked waiting for a task
+//	crew.pool.workers.idle     UpDownCounter {worker}  workers parked until a task wakes them
 //	crew.pool.workers.max      UpDownCounter {worker}  the worker limit
 //	crew.pool.tasks.running    UpDownCounter {task}    tasks running now
 //	crew.pool.tasks.queued     UpDownCounter {task}    tasks waiting for a worker
@@ -92,7 +92,7 @@ func Register(meter metric.Meter, pools ...*crew.Pool) (metric.Registration, err
 		return i
 	}
 	workers := ud("crew.pool.workers", "{worker}", "Live worker goroutines.")
-	idle := ud("crew.pool.workers.idle", "{worker}", "Workers parked waiting for a task.")
+	idle := ud("crew.pool.workers.idle", "{worker}", "Workers parked until a task wakes them.")
 	maxWorkers := ud("crew.pool.workers.max", "{worker}", "The pool's worker limit.")
 	running := ud("crew.pool.tasks.running", "{task}", "Tasks running now.")
 	queued := ud("crew.pool.tasks.queued", "{task}", "Tasks waiting for a worker.")

@@ -12,7 +12,7 @@
 //
 //	crew_pool_max_workers              gauge    the worker limit
 //	crew_pool_workers                  gauge    live worker goroutines
-//	crew_pool_idle_workers             gauge    workers parked waiting for a task
+//	crew_pool_idle_workers             gauge    workers parked until a task wakes them
 //	crew_pool_running_tasks            gauge    tasks running now
 //	crew_pool_queued_tasks             gauge    tasks waiting for a worker
 //	crew_pool_tasks_submitted_total    counter  tasks accepted
@@ -83,7 +83,7 @@ func NewCollector(pools []*crew.Pool, opts ...Option) *Collector {
 	}
 	c.maxWorkers = desc("max_workers", "The pool's worker limit.")
 	c.workers = desc("workers", "Live worker goroutines.")
-	c.idle = desc("idle_workers", "Workers parked waiting for a task.")
+	c.idle = desc("idle_workers", "Workers parked until a task wakes them.")
 	c.running = desc("running_tasks", "Tasks running now.")
 	c.queued = desc("queued_tasks", "Tasks waiting for a worker.")
 	c.submitted = desc("tasks_submitted_total", "Tasks accepted.")

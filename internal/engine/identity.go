@@ -18,7 +18,8 @@ import (
 // function of its own for each digit value, between a RunAs frame
 // (outermost) and an end frame (innermost). Reading the caller's stack and
 // decoding the runs of digit frames tells which numbers the goroutine runs
-// under (more than one when a task runs another engine's worker loop).
+// under (more than one when a task runs under another owner's mark, as a
+// layer's steps do on a pool's workers).
 // Writing costs a few function calls; reading walks the whole stack
 // (microseconds), so only paths that are about to block read it. Other
 // owners of tasks (crew's layers) use the same numbers and functions to
@@ -166,9 +167,8 @@ func CallerIs(id uint64) bool {
 		}
 		pcs = make([]uintptr, 2*len(pcs))
 	}
-	// Decode each run of digit frames, innermost first; a run may be
-	// another number (more than one when a task runs another engine's
-	// worker loop).
+	// Decode each run of digit frames, innermost first; there is more than
+	// one when a task runs under another owner's mark.
 	var got uint64
 	in := false // between an end frame and its RunAs frame
 	frames := runtime.CallersFrames(pcs)
