@@ -45,7 +45,8 @@ const (
 	// searchers while a parked worker can be woken: waking one is cheap
 	// and undone by its next park, and it bounds what a searcher stuck on
 	// a descheduled processor costs the tasks behind it. At half load the
-	// p99 queue wait was 62-70 µs with 100 µs here, and 21-49 µs with 10.
+	// p99 queue wait was 59-74 µs with 100 µs here, and 17-38 µs with 10
+	// (BenchmarkQueueWait's load).
 	staleWakeParked = 10 * time.Microsecond
 )
 
