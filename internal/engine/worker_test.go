@@ -51,7 +51,8 @@ func TestWakeStaleAtTheLimitStartsNoWorker(t *testing.T) {
 	for range limit {
 		e.Push(nil, func() { <-release })
 	}
-	for deadline := time.Now().Add(5 * time.Second); e.Stats().Unfinished-e.Stats().Queued != limit; runtime.Gosched() {
+	running := func() int64 { s := e.Stats(); return s.Unfinished - s.Queued }
+	for deadline := time.Now().Add(5 * time.Second); running() != limit; runtime.Gosched() {
 		if time.Now().After(deadline) {
 			t.Fatalf("the %d tasks did not all start: %+v", limit, e.Stats())
 		}
