@@ -55,3 +55,16 @@ func BenchmarkPush(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkCallerIs measures the stack walk behind InWorker, from a task
+// of a pool at the depth a caller of Wait has.
+func BenchmarkCallerIs(b *testing.B) {
+	id := NewID()
+	RunAs(id, Func(func() {
+		for b.Loop() {
+			if !CallerIs(id) {
+				b.Fatal("CallerIs is false inside RunAs")
+			}
+		}
+	}))
+}

@@ -1,8 +1,10 @@
 package engine
 
 import (
+	"maps"
 	"reflect"
 	"runtime"
+	"sync"
 	"sync/atomic"
 )
 
@@ -155,10 +157,16 @@ func funcName(f func(uint64, Runner)) string {
 
 // CallerIs reports whether the calling goroutine runs under id, that is,
 // whether the call comes from inside r.Run of a RunAs(id, r) that has not
-// returned. It walks the caller's stack, which costs microseconds and a
-// few allocations: call it only on a path that is about to block.
+// returned. It walks the caller's stack, which costs about a microsecond
+// (BenchmarkCallerIs): call it only on a path that is about to block. It
+// allocates only for a stack deeper than 64 frames, and the first time it
+// meets a return address (see frameOf).
 func CallerIs(id uint64) bool {
-	pcs := make([]uintptr, 64)
+	if id == 0 {
+		return false
+	}
+	var stack [64]uintptr
+	pcs := stack[:]
 	for {
 		n := runtime.Callers(1, pcs)
 		if n < len(pcs) {
@@ -171,18 +179,14 @@ func CallerIs(id uint64) bool {
 	// one when a task runs under another owner's mark.
 	var got uint64
 	in := false // between an end frame and its RunAs frame
-	frames := runtime.CallersFrames(pcs)
-	for more := true; more; {
-		var f runtime.Frame
-		f, more = frames.Next()
-		d, isDigit := digitOf[f.Function]
-		switch {
-		case f.Function == endName:
+	for _, pc := range pcs {
+		switch f := frameOf(pc); {
+		case f == endFrame:
 			in, got = true, 0
-		case isDigit && in:
-			got = got*digitBase + d // the innermost digit frame holds the highest digit
-		case f.Function == runAsName:
-			if in && got == id && id != 0 {
+		case f < digitBase && in:
+			got = got*digitBase + uint64(f) // the innermost digit frame holds the highest digit
+		case f == runAsFrame:
+			if in && got == id {
 				return true
 			}
 			in = false
@@ -190,6 +194,68 @@ func CallerIs(id uint64) bool {
 		// Any other frame (next, when not inlined) lies between.
 	}
 	return false
+}
+
+// What a frame on a stack is to a mark: a digit (0 to digitBase-1), or one
+// of these.
+const (
+	endFrame = digitBase + iota
+	runAsFrame
+	otherFrame
+)
+
+// frames caches, for each return address that CallerIs has met, what its
+// frame is. Finding a return address's function costs a search and an
+// allocation (runtime.CallersFrames), and a program reaches CallerIs from
+// few distinct stacks, so that is paid once per address. The map is
+// replaced, not changed, on a miss, so that a lookup takes no lock;
+// framesMu serializes the replacements. Past maxFrames addresses, misses
+// are no longer cached, which bounds the cache in a program that reaches
+// CallerIs from generated or ever-changing code.
+var (
+	frames   atomic.Pointer[map[uintptr]uint8]
+	framesMu sync.Mutex
+)
+
+const maxFrames = 4096
+
+// frameOf returns what the frame of return address pc is to a mark.
+func frameOf(pc uintptr) uint8 {
+	if cached := frames.Load(); cached != nil {
+		if f, ok := (*cached)[pc]; ok {
+			return f
+		}
+	}
+	f := resolveFrame(pc)
+	framesMu.Lock()
+	defer framesMu.Unlock()
+	next := map[uintptr]uint8{}
+	if cached := frames.Load(); cached != nil {
+		if len(*cached) >= maxFrames {
+			return f
+		}
+		next = maps.Clone(*cached)
+	}
+	next[pc] = f
+	frames.Store(&next)
+	return f
+}
+
+// resolveFrame finds which function the frame of return address pc is in.
+// runtime.Callers gives one address per frame, inlined calls included, and
+// the first frame that CallersFrames makes of an address alone is that
+// address's own.
+func resolveFrame(pc uintptr) uint8 {
+	f, _ := runtime.CallersFrames([]uintptr{pc}).Next()
+	switch d, isDigit := digitOf[f.Function]; {
+	case f.Function == endName:
+		return endFrame
+	case f.Function == runAsName:
+		return runAsFrame
+	case isDigit:
+		return uint8(d)
+	}
+	return otherFrame
 }
 
 // InWorker reports whether the calling goroutine is one of e's workers,

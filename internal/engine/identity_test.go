@@ -105,3 +105,20 @@ func TestRunAsAllocatesNothing(t *testing.T) {
 		t.Errorf("RunAs: %v allocations per call (f ran %d times), want 0", allocs, n)
 	}
 }
+
+func TestCallerIsAllocatesNothingOnceItKnowsTheStack(t *testing.T) {
+	leak.Check(t)
+	id := NewID()
+	var allocs float64
+	var under bool
+	RunAs(id, Func(func() {
+		// AllocsPerRun's warm-up call learns the stack's frames.
+		allocs = testing.AllocsPerRun(100, func() { under = CallerIs(id) })
+	}))
+	if !under {
+		t.Errorf("CallerIs(%d) is false inside RunAs(%d)", id, id)
+	}
+	if allocs != 0 {
+		t.Errorf("CallerIs: %v allocations per call, want 0", allocs)
+	}
+}
