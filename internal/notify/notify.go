@@ -13,16 +13,33 @@ import (
 // ready to use. Notifiers call broadcast after changing the
 // state the condition reads; broadcast costs one atomic load when nobody
 // waits, which keeps it off the hot path's books.
+//
+// A waiter with a context needs a channel to select on, which costs an
+// allocation per broadcast that wakes one; a waiter without one waits on a
+// sync.Cond, which costs none (Stop, and a Go that waits for room, wait
+// without a context).
 type Cond struct {
 	waiters atomic.Int32
 	mu      sync.Mutex
-	ch      chan struct{} // closed by broadcast; nil until a waiter needs one
+	plain   sync.Cond     // waiters without a context; plain.L is &mu
+	ch      chan struct{} // closed by broadcast; nil until a waiter with a context needs one
 }
 
 // Wait blocks until cond reports true or ctx ends; a nil ctx never ends.
+// Without a context, cond is called with s's lock held: it must not call
+// s's methods.
 func (s *Cond) Wait(ctx context.Context, cond func() bool) error {
 	s.waiters.Add(1)
 	defer s.waiters.Add(-1)
+	if ctx == nil {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.plain.L = &s.mu
+		for !cond() {
+			s.plain.Wait()
+		}
+		return nil
+	}
 	for {
 		// Take the channel before testing cond: a broadcast that follows a
 		// state change we missed then closes this very channel.
@@ -34,10 +51,6 @@ func (s *Cond) Wait(ctx context.Context, cond func() bool) error {
 		s.mu.Unlock()
 		if cond() {
 			return nil
-		}
-		if ctx == nil {
-			<-ch
-			continue
 		}
 		select {
 		case <-ch:
@@ -69,5 +82,6 @@ func (s *Cond) Broadcast() {
 		close(s.ch)
 		s.ch = nil
 	}
+	s.plain.Broadcast()
 	s.mu.Unlock()
 }
