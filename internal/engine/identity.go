@@ -160,7 +160,7 @@ func funcName(f func(uint64, Runner)) string {
 // returned. It walks the caller's stack, which costs about a microsecond
 // (BenchmarkCallerIs): call it only on a path that is about to block. It
 // allocates only for a stack deeper than 64 frames, and the first time it
-// meets a return address (see frameOf).
+// meets a return address (see frames).
 func CallerIs(id uint64) bool {
 	if id == 0 {
 		return false
@@ -179,8 +179,14 @@ func CallerIs(id uint64) bool {
 	// one when a task runs under another owner's mark.
 	var got uint64
 	in := false // between an end frame and its RunAs frame
+	known := frames.Load().(frameTable)
 	for _, pc := range pcs {
-		switch f := frameOf(pc); {
+		f, ok := known[pc]
+		if !ok {
+			known = learnFrames(pcs)
+			f = known[pc]
+		}
+		switch {
 		case f == endFrame:
 			in, got = true, 0
 		case f < digitBase && in:
@@ -205,40 +211,41 @@ const (
 )
 
 // frames caches, for each return address that CallerIs has met, what its
-// frame is. Finding a return address's function costs a search and an
-// allocation (runtime.CallersFrames), and a program reaches CallerIs from
+// frame is. Finding a return address's function costs a search and two
+// allocations (runtime.CallersFrames), and a program reaches CallerIs from
 // few distinct stacks, so that is paid once per address. The map is
-// replaced, not changed, on a miss, so that a lookup takes no lock;
-// framesMu serializes the replacements. Past maxFrames addresses, misses
-// are no longer cached, which bounds the cache in a program that reaches
-// CallerIs from generated or ever-changing code.
+// replaced, not changed, when a walk meets new addresses, so that a lookup
+// takes no lock; framesMu serializes the replacements. Past maxFrames
+// addresses the map stops growing, which bounds it in a program that
+// reaches CallerIs from ever more places; walks that meet new addresses
+// then pay for them each time.
 var (
-	frames   atomic.Pointer[map[uintptr]uint8]
+	frames   atomic.Value // frameTable
 	framesMu sync.Mutex
 )
 
+type frameTable map[uintptr]uint8
+
 const maxFrames = 4096
 
-// frameOf returns what the frame of return address pc is to a mark.
-func frameOf(pc uintptr) uint8 {
-	if cached := frames.Load(); cached != nil {
-		if f, ok := (*cached)[pc]; ok {
-			return f
-		}
-	}
-	f := resolveFrame(pc)
+func init() { frames.Store(frameTable{}) }
+
+// learnFrames returns a table that holds every address in pcs, and makes it
+// the cache unless that would grow the cache beyond maxFrames.
+func learnFrames(pcs []uintptr) frameTable {
 	framesMu.Lock()
 	defer framesMu.Unlock()
-	next := map[uintptr]uint8{}
-	if cached := frames.Load(); cached != nil {
-		if len(*cached) >= maxFrames {
-			return f
+	known := frames.Load().(frameTable)
+	next := maps.Clone(known)
+	for _, pc := range pcs {
+		if _, ok := next[pc]; !ok {
+			next[pc] = resolveFrame(pc)
 		}
-		next = maps.Clone(*cached)
 	}
-	next[pc] = f
-	frames.Store(&next)
-	return f
+	if len(next) <= maxFrames {
+		frames.Store(next)
+	}
+	return next
 }
 
 // resolveFrame finds which function the frame of return address pc is in.
