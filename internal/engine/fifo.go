@@ -33,18 +33,21 @@ type fifo[T any] struct {
 	r, w   int32 // next read index in chunks[0], next write index in the last; chunks hold at most maxChunk
 	free   [][]T
 	grown  int // the size of the last chunk allocated
+	// lists holds the two lists until one outgrows its half. Most shards
+	// never spill, but allocating the lists on a shard's first spill
+	// cost a pool four of the 50-60 allocations it made in the matrix's
+	// rand 1u-1Mt cell. A fifo must not be copied once used.
+	lists [2 * listCap][]T
 }
 
 // listCap is the room each of a queue's two lists of chunks starts with:
-// 16 chunks hold over half a million tasks.
-const listCap = 16
+// 8 chunks hold some 65,000 tasks; a longer list moves to the heap.
+const listCap = 8
 
 func (q *fifo[T]) push(t T) {
 	n := len(q.chunks)
 	if q.chunks == nil {
-		// Both lists in one allocation.
-		both := make([][]T, 2*listCap)
-		q.chunks, q.free = both[:0:listCap], both[listCap:listCap:2*listCap]
+		q.chunks, q.free = q.lists[:0:listCap], q.lists[listCap:listCap:2*listCap]
 	}
 	if n == 0 || int(q.w) == len(q.chunks[n-1]) {
 		q.chunks = appendChunk(q.chunks, q.acquire())

@@ -4,6 +4,8 @@ import (
 	"runtime"
 	"testing"
 	"weak"
+
+	"github.com/gocrew/crew/internal/leak"
 )
 
 func TestFIFOKeepsOrderAcrossChunks(t *testing.T) {
@@ -23,6 +25,23 @@ func TestFIFOKeepsOrderAcrossChunks(t *testing.T) {
 		if _, ok := q.pop(); ok {
 			t.Fatalf("round %d: pop from an empty queue succeeded", round)
 		}
+	}
+}
+
+var heapFIFO *fifo[int]
+
+func TestFIFOFirstPushAllocatesOnlyAChunk(t *testing.T) {
+	leak.Check(t)
+	allocs := testing.AllocsPerRun(10, func() {
+		q := new(fifo[int])
+		heapFIFO = q // on the heap, as in a shard: one allocation
+		q.push(1)
+		if got, ok := q.pop(); !ok || got != 1 {
+			t.Fatalf("pop = %d, %v; want 1, true", got, ok)
+		}
+	})
+	if allocs != 2 {
+		t.Errorf("%v allocations for a new queue and its first task, want 2 (the queue and a chunk)", allocs)
 	}
 }
 
