@@ -159,8 +159,8 @@ func funcName(f func(uint64, Runner)) string {
 // whether the call comes from inside r.Run of a RunAs(id, r) that has not
 // returned. It walks the caller's stack, which costs about a microsecond
 // (BenchmarkCallerIs): call it only on a path that is about to block. It
-// allocates only for a stack deeper than 64 frames, and the first time it
-// meets a return address (see frames).
+// allocates only for a stack deeper than 64 frames, and when it meets a
+// return address it has not cached (see frames).
 func CallerIs(id uint64) bool {
 	if id == 0 {
 		return false
@@ -215,9 +215,9 @@ const (
 // allocations (runtime.CallersFrames), and a program reaches CallerIs from
 // few distinct stacks, so that is paid once per address. The map is
 // replaced, not changed, when a walk meets new addresses, so that a lookup
-// takes no lock; framesMu serializes the replacements. Past maxFrames
-// addresses the map stops growing, which bounds it in a program that
-// reaches CallerIs from ever more places; walks that meet new addresses
+// takes no lock; framesMu serializes the replacements. Once the map holds
+// maxFrames addresses it stops growing, which bounds it in a program that
+// reaches CallerIs from ever more places: walks that meet new addresses
 // then pay for them each time.
 var (
 	frames   atomic.Value // frameTable
@@ -226,26 +226,41 @@ var (
 
 type frameTable map[uintptr]uint8
 
-const maxFrames = 4096
+// maxFrames is a variable for tests.
+var maxFrames = 4096
 
 func init() { frames.Store(frameTable{}) }
 
-// learnFrames returns a table that holds every address in pcs, and makes it
-// the cache unless that would grow the cache beyond maxFrames.
+// learnFrames returns a table that holds every address in pcs, and adds
+// them to the cache unless it is full.
 func learnFrames(pcs []uintptr) frameTable {
+	if known := frames.Load().(frameTable); len(known) >= maxFrames {
+		walk := make(frameTable, len(pcs))
+		addFrames(walk, known, pcs)
+		return walk
+	}
 	framesMu.Lock()
 	defer framesMu.Unlock()
 	known := frames.Load().(frameTable)
 	next := maps.Clone(known)
-	for _, pc := range pcs {
-		if _, ok := next[pc]; !ok {
-			next[pc] = resolveFrame(pc)
-		}
-	}
-	if len(next) <= maxFrames {
-		frames.Store(next)
-	}
+	addFrames(next, known, pcs)
+	frames.Store(next)
 	return next
+}
+
+// addFrames adds to t each address in pcs that it lacks, taking what its
+// frame is from known, or finding it.
+func addFrames(t, known frameTable, pcs []uintptr) {
+	for _, pc := range pcs {
+		if _, ok := t[pc]; ok {
+			continue
+		}
+		f, ok := known[pc]
+		if !ok {
+			f = resolveFrame(pc)
+		}
+		t[pc] = f
+	}
 }
 
 // resolveFrame finds which function the frame of return address pc is in.

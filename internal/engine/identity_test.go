@@ -122,3 +122,18 @@ func TestCallerIsAllocatesNothingOnceItKnowsTheStack(t *testing.T) {
 		t.Errorf("CallerIs: %v allocations per call, want 0", allocs)
 	}
 }
+
+func TestCallerIsWithAFullCache(t *testing.T) {
+	leak.Check(t)
+	defer func(n int) { maxFrames = n }(maxFrames)
+	maxFrames = 0 // full: no walk adds to the cache
+	id, other := NewID(), NewID()
+	RunAs(id, Func(func() {
+		if !CallerIs(id) || CallerIs(other) {
+			t.Errorf("with a full cache, CallerIs(id) = %v and CallerIs(other) = %v inside RunAs(id); want true, false", CallerIs(id), CallerIs(other))
+		}
+	}))
+	if CallerIs(id) {
+		t.Error("with a full cache, CallerIs(id) is true after RunAs returned")
+	}
+}

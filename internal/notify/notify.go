@@ -17,7 +17,7 @@ import (
 // A waiter with a context needs a channel to select on, which costs an
 // allocation per broadcast that wakes one; a waiter without one waits on a
 // sync.Cond, which costs none (Stop, and a Go that waits for room, wait
-// without a context).
+// without a context). A Cond must not be copied after first use.
 type Cond struct {
 	waiters atomic.Int32
 	mu      sync.Mutex
@@ -34,7 +34,9 @@ func (s *Cond) Wait(ctx context.Context, cond func() bool) error {
 	if ctx == nil {
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		s.plain.L = &s.mu
+		if s.plain.L == nil {
+			s.plain.L = &s.mu // once: a woken waiter reads it without the lock
+		}
 		for !cond() {
 			s.plain.Wait()
 		}

@@ -82,16 +82,24 @@ func TestBroadcastIfLeavesWaitersAloneWhileFalse(t *testing.T) {
 	var c Cond
 	var flag atomic.Bool
 	done := waitAll(&c, context.Background(), &flag, 1)
-	waiting(t, &c, 1)
-	c.mu.Lock()
-	ch := c.ch
-	c.mu.Unlock()
+	// The waiter makes its channel before it tests its condition.
+	channel := func() chan struct{} {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.ch
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for channel() == nil {
+		if time.Now().After(deadline) {
+			t.Fatal("the waiter made no channel")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	ch := channel()
 	c.BroadcastIf(flag.Load)
-	c.mu.Lock()
-	if c.ch != ch || ch == nil {
+	if channel() != ch {
 		t.Error("BroadcastIf closed the waiters' channel for a false condition")
 	}
-	c.mu.Unlock()
 	flag.Store(true)
 	c.BroadcastIf(flag.Load)
 	if err := result(t, done); err != nil {
