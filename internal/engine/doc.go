@@ -40,9 +40,9 @@
 // few pushes ago still waits and nobody has taken one since the last
 // check; and every 16th, a woken worker that has not started or a shard
 // spilling a backlog. It then wakes one more worker: a parked one at most
-// once per 10 µs, a new one at most once per 100 µs; the second kind,
-// which may only mean busy processors, starts new workers only up to
-// GOMAXPROCS. The first check looks at a ring cell
+// once per 10 µs, a new one at most once per 100 µs and only up to
+// GOMAXPROCS workers, as searchers that wait for a processor mean busy
+// processors, where a new worker would wait too. The first check looks at a ring cell
 // the producer has just written and reads the workers' count only when
 // that task still waits, so it is cheap while the workers keep up.
 // Checking only every 16th push for a run of undrained pushes left a

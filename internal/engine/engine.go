@@ -333,41 +333,39 @@ func (e *Engine[T]) enqueue(t T) error {
 // any (see stalled), wakes a parked worker or starts one. Every fourth
 // look also checks for searchers that may be late rather than stuck: a
 // worker woken over staleWake ago that has not started, or s spilling a
-// backlog. Late searchers, and a stall while a woken worker has yet to
-// start, wake a parked worker but start new ones only up to GOMAXPROCS:
-// the worker on its way will come, and when it is late the processors are
-// busy, so a new one would wait like it. With one producer of tiny tasks,
-// each of these rules alone started dozens to hundreds of workers a run
-// (rand 1u-1Mt); capped, crew starts a handful, does the work as fast and
-// allocates a fraction. The rarer checks read the clock, and hold for
-// long stretches of a busy engine.
+// backlog. Either wakes a parked worker, but starts new ones only up to
+// GOMAXPROCS: a stall means that the searchers wait for a processor, and
+// a new worker would wait like them, while the searchers will come. With
+// one producer of tiny tasks, each rule started dozens to hundreds of
+// workers a run without the cap (rand 1u-1Mt), and stalls alone some 180
+// with a million producers (rand 1Mu-1t), whose runnable goroutines keep
+// a yielding searcher from its processor for long; capped, crew starts a
+// handful, does the work as fast and allocates a fraction. When workers
+// block instead (sleep, I/O), the processors are free and searchers do
+// not stall: a push that finds no searcher, and a searcher that finds a
+// backlog, start workers up to the limit. The rarer checks read the clock,
+// and hold for long stretches of a busy engine.
 func (e *Engine[T]) wakeIfStale(s *shard[T], n uint64, spilled bool) {
-	switch {
-	case !spilled && s.stalled(n):
-		limit := e.maxWorkers.Load()
-		if e.starting.Load() > 0 {
-			limit = min(limit, e.procs)
-		}
-		e.wakeStale(limit)
-	case n%(4*staleEvery) != 0:
-	case spilled || e.starting.Load() > 0 && e.now()-e.lastWake.Load() > int64(staleWake):
-		e.wakeStale(min(e.maxWorkers.Load(), e.procs))
+	stale := !spilled && s.stalled(n) ||
+		n%(4*staleEvery) == 0 && (spilled || e.starting.Load() > 0 && e.now()-e.lastWake.Load() > int64(staleWake))
+	if stale {
+		e.wakeStale()
 	}
 }
 
 // wakeStale wakes a parked worker, at most once per staleWakeParked, or
-// starts one if none is parked and fewer than limit are live, at most once
-// per staleWake. Its own clock, not the time of the last wake of any kind:
+// starts one if none is parked and fewer than GOMAXPROCS (and the limit)
+// are live, at most once per staleWake. Its own clock, not the time of the last wake of any kind:
 // a pool at half load wakes parked workers all the time, and a stall must
 // not wait for a quiet moment. A wake at the parked rate never starts a
 // worker: the worker seen parked may have left the list since (to run a
 // task its last look found), and a start in its place would come at ten
 // times the rate that starts are allowed, whatever the limit.
-func (e *Engine[T]) wakeStale(limit int64) {
+func (e *Engine[T]) wakeStale() {
 	parked := e.idle.n.Load() > 0
 	every := staleWakeParked
 	if !parked {
-		if e.workers.Load()&countMask >= limit {
+		if e.workers.Load()&countMask >= min(e.maxWorkers.Load(), e.procs) {
 			return // nobody to wake: spare the clock
 		}
 		every = staleWake

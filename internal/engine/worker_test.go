@@ -35,8 +35,8 @@ func TestWorkerStartAllocatesOnlyTheWorker(t *testing.T) {
 	}
 }
 
-// A stall check at the worker limit may wake a parked worker, never start
-// one. Here the engine has limit workers, all busy, and a stand-in worker
+// A stall check with GOMAXPROCS workers may wake a parked worker, never
+// start one. Here the engine has that many workers, all busy, and a stand-in worker
 // is listed and unlisted in a loop, as a worker in its last look is. Until
 // the parked-rate wake stopped falling back to starting a worker when the
 // one it saw had left the list, this started 79-723 workers in 300 ms, as
@@ -46,17 +46,7 @@ func TestWakeStaleAtTheLimitStartsNoWorker(t *testing.T) {
 	limit := int64(runtime.GOMAXPROCS(0))
 	e := New(Config[func()]{MaxWorkers: 100_000, QueueSize: -1, IdleTimeout: time.Hour, Run: func(f func()) { f() }})
 	defer stop(e)
-	release := make(chan struct{})
-	defer close(release)
-	for range limit {
-		e.Push(nil, func() { <-release })
-	}
-	running := func() int64 { s := e.Stats(); return s.Unfinished - s.Queued }
-	for deadline := time.Now().Add(5 * time.Second); running() != limit; runtime.Gosched() {
-		if time.Now().After(deadline) {
-			t.Fatalf("the %d tasks did not all start: %+v", limit, e.Stats())
-		}
-	}
+	defer close(occupy(t, e, limit))
 
 	standIn := &worker[func()]{e: e}
 	standIn.sem.Lock()
@@ -87,7 +77,7 @@ func TestWakeStaleAtTheLimitStartsNoWorker(t *testing.T) {
 	started := 0
 	for deadline := time.Now().Add(300 * time.Millisecond); time.Now().Before(deadline); {
 		before := e.workers.Load()
-		e.wakeStale(limit)
+		e.wakeStale()
 		if e.workers.Load() > before {
 			started++
 		}
@@ -95,6 +85,50 @@ func TestWakeStaleAtTheLimitStartsNoWorker(t *testing.T) {
 	close(done)
 	<-flickered
 	if started > 0 {
-		t.Errorf("wakeStale(%d) with %d busy workers started %d more", limit, limit, started)
+		t.Errorf("wakeStale with %d busy workers (GOMAXPROCS) started %d more", limit, started)
 	}
+}
+
+// A stall beside a searcher that does not run, as one that yielded behind
+// a million runnable producers, wakes no new worker beyond GOMAXPROCS: the
+// processors are busy, and a new worker would wait like the searcher.
+// Before the cap, stalls started some 180 workers a run in the matrix's
+// rand 1Mu-1t cell.
+func TestStallStartsNoWorkerBeyondGOMAXPROCS(t *testing.T) {
+	leak.Check(t)
+	procs := int64(runtime.GOMAXPROCS(0))
+	e := New(Config[func()]{MaxWorkers: 100_000, QueueSize: -1, IdleTimeout: time.Hour, Run: func(f func()) { f() }})
+	defer stop(e)
+	release := occupy(t, e, procs)
+	e.searching.Add(1) // the searcher that does not run
+	for deadline := time.Now().Add(50 * time.Millisecond); time.Now().Before(deadline); runtime.Gosched() {
+		if err := e.Push(nil, func() {}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	started := e.workers.Load()&countMask - procs
+	e.searching.Add(-1)
+	close(release)
+	if started > 0 {
+		t.Errorf("stalls beside a searcher that does not run started %d workers beyond the %d busy ones", started, procs)
+	}
+}
+
+// occupy runs n tasks on e that block until the returned channel is
+// closed, and returns once they all run.
+func occupy(t *testing.T, e *Engine[func()], n int64) chan struct{} {
+	t.Helper()
+	release := make(chan struct{})
+	for range n {
+		if err := e.Push(nil, func() { <-release }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	running := func() int64 { s := e.Stats(); return s.Unfinished - s.Queued }
+	for deadline := time.Now().Add(5 * time.Second); running() != n; runtime.Gosched() {
+		if time.Now().After(deadline) {
+			t.Fatalf("the %d tasks did not all start: %+v", n, e.Stats())
+		}
+	}
+	return release
 }
