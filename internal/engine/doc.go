@@ -29,8 +29,11 @@
 // found a task: while the processors are saturated new workers wait in the
 // run queue, keep the count up and stop further wakes, so tiny tasks run on
 // a few workers; when tasks block (sleep, I/O), new workers run at once,
-// find the backlog and the pool grows towards its limit. At most half of
-// GOMAXPROCS searchers spin at a time; the others park after one look.
+// find the backlog and the pool grows towards its limit. (A new worker
+// that first runs the user's code to make its state, NewRunner, stops
+// counting while it does: that code may take long, and other workers start
+// meanwhile.) At most half of GOMAXPROCS searchers spin at a time; the
+// others park after one look.
 //
 // Counting a woken or spinning worker as a searcher fails when its
 // goroutine does not get a processor for long (a million runnable
@@ -41,10 +44,11 @@
 // check; and every 16th, a woken worker that has not started or a shard
 // spilling a backlog. It then wakes one more worker: a parked one at most
 // once per 10 µs, a new one at most once per 100 µs and only up to
-// GOMAXPROCS workers, as searchers that wait for a processor mean busy
-// processors, where a new worker would wait too. The first check looks at a ring cell
-// the producer has just written and reads the workers' count only when
-// that task still waits, so it is cheap while the workers keep up.
+// GOMAXPROCS workers (as it was when the engine was made), as searchers
+// that wait for a processor mean busy processors, where a new worker would
+// wait too. The first check looks at a ring cell the producer has just
+// written and reads the workers' count only when that task still waits, so
+// it is cheap while the workers keep up.
 // Checking only every 16th push for a run of undrained pushes left a
 // stuck searcher unnoticed for about 130 µs (the p99 queue wait, against
 // 35-85 µs now); reading the workers' count at every 4th push cost 3-9 ns

@@ -334,8 +334,9 @@ func (e *Engine[T]) enqueue(t T) error {
 // look also checks for searchers that may be late rather than stuck: a
 // worker woken over staleWake ago that has not started, or s spilling a
 // backlog. Either wakes a parked worker, but starts new ones only up to
-// GOMAXPROCS: a stall means that the searchers wait for a processor, and
-// a new worker would wait like them, while the searchers will come. With
+// GOMAXPROCS: a stall means that the searchers wait for a processor (a
+// new worker's user code, NewRunner, runs outside the searchers), and a
+// new worker would wait like them, while the searchers will come. With
 // one producer of tiny tasks, each rule started dozens to hundreds of
 // workers a run without the cap (rand 1u-1Mt), and stalls alone some 180
 // with a million producers (rand 1Mu-1t), whose runnable goroutines keep
@@ -346,9 +347,11 @@ func (e *Engine[T]) enqueue(t T) error {
 // backlog, start workers up to the limit. The rarer checks read the clock,
 // and hold for long stretches of a busy engine.
 func (e *Engine[T]) wakeIfStale(s *shard[T], n uint64, spilled bool) {
-	stale := !spilled && s.stalled(n) ||
-		n%(4*staleEvery) == 0 && (spilled || e.starting.Load() > 0 && e.now()-e.lastWake.Load() > int64(staleWake))
-	if stale {
+	switch {
+	case !spilled && s.stalled(n):
+		e.wakeStale()
+	case n%(4*staleEvery) != 0:
+	case spilled || e.starting.Load() > 0 && e.now()-e.lastWake.Load() > int64(staleWake):
 		e.wakeStale()
 	}
 }

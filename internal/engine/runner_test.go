@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/gocrew/crew/internal/leak"
 )
 
 func TestNewRunnerGivesEachWorkerItsOwnRunner(t *testing.T) {
@@ -48,5 +50,79 @@ func TestNewRunnerGivesEachWorkerItsOwnRunner(t *testing.T) {
 	}
 	if n := made.Load(); n < 1 || n > 4 || len(owners) > 4 {
 		t.Fatalf("%d runners made for 4 workers", n)
+	}
+}
+
+// A worker whose NewRunner calls runtime.Goexit (t.FailNow in a test's
+// hook) gives its slot back like one whose task does: the pool starts
+// another and runs every task, and Exit returns. It used to keep the
+// slot, counted live for ever, and Exit waited for it (bug 21).
+func TestGoexitInNewRunnerFreesTheWorkerSlot(t *testing.T) {
+	leak.Check(t)
+	var calls atomic.Int64
+	var ran atomic.Int64
+	e := New(Config[func()]{
+		MaxWorkers:  1,
+		QueueSize:   -1,
+		IdleTimeout: time.Second,
+		NewRunner: func() (func(func()), func()) {
+			if calls.Add(1) == 1 {
+				runtime.Goexit()
+			}
+			return func(f func()) { f() }, nil
+		},
+	})
+	for range 10 {
+		if err := e.Push(nil, func() { ran.Add(1) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		stop(e)
+	}()
+	select {
+	case <-exited:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("Stop did not return; %d of 10 tasks ran, %d runners made: %+v", ran.Load(), calls.Load(), e.Stats())
+	}
+	if ran.Load() != 10 {
+		t.Errorf("%d of 10 tasks ran", ran.Load())
+	}
+}
+
+// A slow NewRunner (state that takes long to make: a connection) holds
+// back only its own worker: the others start meanwhile, in parallel, up to
+// the limit, rather than one per NewRunner call.
+func TestSlowNewRunnerDoesNotSerializeWorkerStarts(t *testing.T) {
+	leak.Check(t)
+	const workers = 8
+	var making, most atomic.Int64
+	release := make(chan struct{})
+	e := New(Config[func()]{
+		MaxWorkers:  workers,
+		QueueSize:   -1,
+		IdleTimeout: time.Second,
+		NewRunner: func() (func(func()), func()) {
+			n := making.Add(1)
+			for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+			}
+			<-release
+			making.Add(-1)
+			return func(f func()) { f() }, nil
+		},
+	})
+	defer stop(e)
+	defer close(release)
+	for range 100 {
+		if err := e.Push(nil, func() {}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for deadline := time.Now().Add(10 * time.Second); most.Load() < workers; runtime.Gosched() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d workers made their runners at once, with 100 tasks queued", most.Load(), workers)
+		}
 	}
 }

@@ -135,13 +135,14 @@ func (w *worker[T]) Run() {
 	e.alive.Add(1)
 	e.enlist(w)
 	var done func()
+	retired := false
 	defer func() {
 		e.delist(w)
-		if w.ended != nil {
-			// runtime.Goexit in a task, or a panic about to crash the
-			// program: this goroutine ends now. Hand its slot to a new
-			// worker.
-			if e.onGoexit != nil {
+		if !retired {
+			// runtime.Goexit in a task or in newRunner, or a panic about
+			// to crash the program: this goroutine ends now. Hand its
+			// slot to a new worker.
+			if w.ended != nil && e.onGoexit != nil {
 				e.onGoexit(w.ended.t)
 			}
 			e.release(0)
@@ -159,11 +160,19 @@ func (w *worker[T]) Run() {
 		}
 	}()
 	w.run = e.run
+	searching := true // whoever started this worker counted it as a searcher
 	if e.newRunner != nil {
+		// newRunner is the user's code, which may take long (a connection
+		// to open): it runs outside the searchers, so that producers, and
+		// the wake here, start other workers meanwhile rather than rely on
+		// this one. Counted, it held back every start but one per call.
+		searching = false
+		if e.searching.Add(-1) == 0 && e.queued() > 0 {
+			e.wake()
+		}
 		w.run, done = e.newRunner()
 	}
-	// Whoever started this worker counted it as a searcher.
-	for searching := true; !w.loop(searching); searching = false {
+	for ; !w.loop(searching); searching = false {
 		if w.ended != nil {
 			// The goroutine did not end after all: the task called
 			// panic(nil) under GODEBUG=panicnil=1, which recover cannot
@@ -173,6 +182,7 @@ func (w *worker[T]) Run() {
 			w.ended = nil
 		}
 	}
+	retired = true
 }
 
 // loop runs tasks until the worker retires, and reports true then. After a
