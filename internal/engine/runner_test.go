@@ -72,21 +72,7 @@ func TestGoexitInNewRunnerFreesTheWorkerSlot(t *testing.T) {
 			return func(f func()) { f() }, nil
 		},
 	})
-	for range 10 {
-		if err := e.Push(nil, func() { ran.Add(1) }); err != nil {
-			t.Fatal(err)
-		}
-	}
-	exited := make(chan struct{})
-	go func() {
-		defer close(exited)
-		stop(e)
-	}()
-	select {
-	case <-exited:
-	case <-time.After(10 * time.Second):
-		t.Fatalf("Stop did not return; %d of 10 tasks ran, %d runners made: %+v", ran.Load(), calls.Load(), e.Stats())
-	}
+	pushAndStop(t, e, 10, func() { ran.Add(1) })
 	if ran.Load() != 10 {
 		t.Errorf("%d of 10 tasks ran", ran.Load())
 	}
@@ -124,5 +110,66 @@ func TestSlowNewRunnerDoesNotSerializeWorkerStarts(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d of %d workers made their runners at once, with 100 tasks queued", most.Load(), workers)
 		}
+	}
+}
+
+// A worker that leaves the searchers to run NewRunner wakes another only
+// for tasks beyond the one it will take: one task starts one worker, as
+// without NewRunner (pools with a name or worker hooks have one).
+func TestNewRunnerOneTaskStartsOneWorker(t *testing.T) {
+	leak.Check(t)
+	e := New(Config[func()]{
+		MaxWorkers:  8,
+		QueueSize:   -1,
+		IdleTimeout: time.Hour,
+		NewRunner:   func() (func(func()), func()) { return func(f func()) { f() }, nil },
+	})
+	defer stop(e)
+	ran := make(chan struct{})
+	if err := e.Push(nil, func() { close(ran) }); err != nil {
+		t.Fatal(err)
+	}
+	<-ran
+	if err := e.Wait(nil); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.Stats().Workers; n != 1 {
+		t.Errorf("one task started %d workers, want 1", n)
+	}
+}
+
+// runtime.Goexit in a worker's done function (a WorkerRetire hook that
+// calls t.FailNow) still lets Exit return.
+func TestGoexitInRunnerDoneLetsExitReturn(t *testing.T) {
+	leak.Check(t)
+	e := New(Config[func()]{
+		MaxWorkers:  2,
+		QueueSize:   -1,
+		IdleTimeout: time.Hour,
+		NewRunner: func() (func(func()), func()) {
+			return func(f func()) { f() }, runtime.Goexit
+		},
+	})
+	pushAndStop(t, e, 10, func() {})
+}
+
+// pushAndStop pushes n copies of task into e, then stops e, failing t if
+// that does not return.
+func pushAndStop(t *testing.T, e *Engine[func()], n int, task func()) {
+	t.Helper()
+	for range n {
+		if err := e.Push(nil, task); err != nil {
+			t.Fatal(err)
+		}
+	}
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		stop(e)
+	}()
+	select {
+	case <-exited:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("Stop did not return: %+v", e.Stats())
 	}
 }

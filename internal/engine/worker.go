@@ -136,6 +136,13 @@ func (w *worker[T]) Run() {
 	e.enlist(w)
 	var done func()
 	retired := false
+	// Exit waits for this last, so Stop returns only after the worker's
+	// state is closed, even on runtime.Goexit in a task or in done.
+	defer func() {
+		if e.alive.Add(-1) == 0 {
+			e.exitSig.Broadcast()
+		}
+	}()
 	defer func() {
 		e.delist(w)
 		if !retired {
@@ -150,13 +157,8 @@ func (w *worker[T]) Run() {
 				e.wake()
 			}
 		}
-		// Exit waits for this, so Stop returns only after the worker's
-		// state is closed, even on runtime.Goexit.
 		if done != nil {
 			done()
-		}
-		if e.alive.Add(-1) == 0 {
-			e.exitSig.Broadcast()
 		}
 	}()
 	w.run = e.run
@@ -167,8 +169,8 @@ func (w *worker[T]) Run() {
 		// the wake here, start other workers meanwhile rather than rely on
 		// this one. Counted, it held back every start but one per call.
 		searching = false
-		if e.searching.Add(-1) == 0 && e.queued() > 0 {
-			e.wake()
+		if e.searching.Add(-1) == 0 && e.queued() > 1 {
+			e.wake() // for the tasks beyond the one this worker will take
 		}
 		w.run, done = e.newRunner()
 	}
