@@ -358,9 +358,9 @@ func (e *Engine[T]) wakeIfStale(s *shard[T], n uint64, spilled bool) {
 
 // wakeStale wakes a parked worker, at most once per staleWakeParked, or
 // starts one if none is parked and fewer than GOMAXPROCS (and the limit)
-// are live, at most once per staleWake. Its own clock, not the time of the last wake of any kind:
-// a pool at half load wakes parked workers all the time, and a stall must
-// not wait for a quiet moment. A wake at the parked rate never starts a
+// are live, at most once per staleWake. Its own clock, not the time of the
+// last wake of any kind: a pool at half load wakes parked workers all the
+// time, and a stall must not wait for a quiet moment. A wake at the parked rate never starts a
 // worker: the worker seen parked may have left the list since (to run a
 // task its last look found), and a start in its place would come at ten
 // times the rate that starts are allowed, whatever the limit.
