@@ -473,11 +473,23 @@ func (c *core[I]) record(seq int, err error) error {
 // fail records err as the error of a task that was not accepted.
 func (c *core[I]) fail(err error) {
 	c.mu.Lock()
+	c.failLocked(c.seq, err)
+	c.mu.Unlock()
+}
+
+// failAt records err as the error of task seq, found after the task itself
+// finished (a Stream callback's panic).
+func (c *core[I]) failAt(seq int, err error) {
+	c.mu.Lock()
+	c.failLocked(seq, err)
+	c.mu.Unlock()
+}
+
+func (c *core[I]) failLocked(seq int, err error) {
 	if c.closed || c.ctx == nil {
-		c.mu.Unlock()
 		return
 	}
-	cause := c.record(c.seq, err)
+	cause := c.record(seq, err)
 	if c.cfg.all && err == ErrStopped {
 		cause = err // the group cannot go on: skip its queued tasks
 	}
@@ -485,7 +497,6 @@ func (c *core[I]) fail(err error) {
 		c.cancel(cause)
 	}
 	c.signal()
-	c.mu.Unlock()
 }
 
 // await returns when at most n tasks are unfinished, running queued tasks

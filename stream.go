@@ -35,9 +35,10 @@ import (
 // cancelled; no later callback runs, so consumers never see a gap in the
 // order. Tasks report their own errors through their callbacks.
 //
-// A Stream must be made with NewStream and is safe for concurrent use. A
-// callback must not call Go on its own stream: with the window full it
-// would wait for itself.
+// A Stream must be made with NewStream and is safe for concurrent use.
+// Neither a task nor a callback may call Go on its own stream: a task holds
+// its place in the window until its callback has returned, so with the
+// window full such a Go would wait for itself.
 type Stream struct {
 	c      core[func(context.Context) func()]
 	window int
@@ -196,7 +197,7 @@ func (s *Stream) consume() {
 		if sl.state == 0 {
 			break
 		}
-		cb, state := sl.cb, sl.state
+		cb, state, seq := sl.cb, sl.state, s.head
 		*sl = streamSlot{}
 		s.head++
 		if state == slotGap {
@@ -209,7 +210,7 @@ func (s *Stream) consume() {
 		s.mu.Unlock()
 		pe := s.call(cb)
 		if pe != nil {
-			s.c.fail(pe)
+			s.c.failAt(seq, pe) // the callback's task's place in Wait's error
 		}
 		s.mu.Lock()
 		s.release() // the task leaves the window when its callback returns
@@ -229,24 +230,23 @@ func (s *Stream) release() {
 // call runs a callback, recovering a panic unless the pool crashes on
 // panics.
 func (s *Stream) call(cb func()) (pe *PanicError) {
-	if s.c.crash {
-		cb()
-		return nil
-	}
 	returned := false
 	defer func() {
 		if returned {
 			return
 		}
-		if v := recover(); v != nil {
-			s.c.p.notePanic()
-			pe = &PanicError{Value: v, Stack: debug.Stack()}
-			return
+		if !s.c.crash {
+			if v := recover(); v != nil {
+				s.c.p.notePanic()
+				pe = &PanicError{Value: v, Stack: debug.Stack()}
+				return
+			}
 		}
-		// runtime.Goexit: this goroutine ends here. Fail the stream and
-		// consume what is due (no callback runs once broken) so that no
-		// producer waits on slots nobody will take.
-		s.c.fail(ErrGoexit)
+		// runtime.Goexit (or a panic about to crash the program): this
+		// goroutine ends here. Consume what is due (no callback runs once
+		// broken) so that no producer waits on slots nobody will take. The
+		// task whose completion ran this callback records ErrGoexit, which
+		// fails the stream.
 		s.mu.Lock()
 		s.release()
 		s.broken = true

@@ -241,3 +241,75 @@ func TestStreamCallbackGoexit(t *testing.T) {
 		t.Fatal("a callback ran after the one that called Goexit")
 	}
 }
+
+// On a pool that crashes on panics, a callback's runtime.Goexit still
+// frees its task's place in the window: the next Go does not wait for ever.
+func TestStreamCallbackGoexitOnCrashingPool(t *testing.T) {
+	leak.Check(t)
+	p := crew.New(2, crew.WithCrashOnPanic())
+	defer p.Stop()
+	s := crew.NewStream(context.Background(), p, crew.WithLimit(1), crew.WithAllErrors())
+	exited := make(chan struct{})
+	s.Go(func(ctx context.Context) func() {
+		return func() { defer close(exited); runtime.Goexit() }
+	})
+	recv(t, exited, "the callback's Goexit")
+	var err error
+	within(t, groupDeadline, "Go after the callback's Goexit", func() {
+		err = s.Go(func(ctx context.Context) func() { return nil })
+	})
+	if err != nil {
+		t.Fatalf("Go = %v", err)
+	}
+	if err := waitStream(t, s); err != crew.ErrGoexit {
+		t.Fatalf("Wait = %v, want ErrGoexit", err)
+	}
+}
+
+// WithAllErrors keeps every error, but a callback's Goexit is one error.
+func TestStreamCallbackGoexitCountsOnce(t *testing.T) {
+	leak.Check(t)
+	p := crew.New(2)
+	defer p.Stop()
+	s := crew.NewStream(context.Background(), p, crew.WithAllErrors())
+	exited := make(chan struct{})
+	s.Go(func(ctx context.Context) func() {
+		return func() { defer close(exited); runtime.Goexit() }
+	})
+	recv(t, exited, "the callback's Goexit")
+	if err := waitStream(t, s); err != crew.ErrGoexit {
+		t.Fatalf("Wait = %v, want ErrGoexit once", err)
+	}
+}
+
+// WithAllErrors joins errors in submission order, a callback's panic under
+// its own task's place: task 0's callback panics after task 1 has.
+func TestStreamAllErrorsInSubmissionOrder(t *testing.T) {
+	leak.Check(t)
+	p := crew.New(4)
+	defer p.Stop()
+	s := crew.NewStream(context.Background(), p, crew.WithAllErrors(), crew.WithLimit(4))
+	release, panicked1 := make(chan struct{}), make(chan struct{})
+	s.Go(func(ctx context.Context) func() {
+		<-release
+		return func() { panic("callback 0") }
+	})
+	s.Go(func(ctx context.Context) func() { defer close(panicked1); panic("task 1") })
+	recv(t, panicked1, "task 1's panic")
+	close(release)
+	var joined interface{ Unwrap() []error }
+	if err := waitStream(t, s); !errors.As(err, &joined) || len(joined.Unwrap()) != 2 {
+		t.Fatalf("Wait = %v, want two joined errors", err)
+	}
+	var values []any
+	for _, err := range joined.Unwrap() {
+		var pe *crew.PanicError
+		if !errors.As(err, &pe) {
+			t.Fatalf("joined error %v is not a *PanicError", err)
+		}
+		values = append(values, pe.Value)
+	}
+	if values[0] != "callback 0" || values[1] != "task 1" {
+		t.Fatalf("joined panics %v, want callback 0 then task 1", values)
+	}
+}
