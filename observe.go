@@ -149,17 +149,15 @@ func (o *observer) run(fn func(), t *Task, enq int64) {
 	if o.lat != nil {
 		o.lat.Wait.Record(wait)
 	}
-	if o.hooks.TaskStart != nil {
-		o.hooks.TaskStart(TaskEvent{Pool: o.name, Wait: wait})
-	}
 	returned := false
 	defer func() {
 		if returned {
 			return
 		}
-		// A panic in a Go task (a Submit task recovers its own), or
-		// runtime.Goexit. The pool recovers the panic here rather than in
-		// the worker loop, so that it is timed and reported with the task.
+		// A panic in a Go task (a Submit task recovers its own) or in
+		// TaskStart, or runtime.Goexit. The pool recovers the panic here
+		// rather than in the worker loop, so that it is timed and reported
+		// with the task.
 		var v any
 		if !o.p.crash {
 			v = recover()
@@ -171,7 +169,11 @@ func (o *observer) run(fn func(), t *Task, enq int64) {
 			o.p.panicked.Add(1)
 			pe := &PanicError{Value: v, Stack: debug.Stack()}
 			o.panicked(pe, wait, runTime)
-			o.p.onPanic(pe)
+			if t != nil {
+				t.abort(pe) // TaskStart panicked: t.run never began
+			} else {
+				o.p.onPanic(pe)
+			}
 			err = pe
 		case t != nil:
 			err = t.err // ErrGoexit, set by Task.run
@@ -180,6 +182,9 @@ func (o *observer) run(fn func(), t *Task, enq int64) {
 		}
 		o.finished(wait, runTime, err)
 	}()
+	if o.hooks.TaskStart != nil {
+		o.hooks.TaskStart(TaskEvent{Pool: o.name, Wait: wait})
+	}
 	fn()
 	returned = true
 	runTime := time.Duration(monotime() - start)

@@ -540,3 +540,35 @@ func TestObservabilityAllocations(t *testing.T) {
 		}
 	}
 }
+
+// A panic in TaskStart is handled like a panic in its task: a Submit task's
+// Wait returns it, and a Go task's goes to the pool's panic handler; each
+// is counted once and reported to TaskFinish.
+func TestHooksTaskStartPanicIsTheTasks(t *testing.T) {
+	leak.Check(t)
+	handled := make(chan *crew.PanicError, 1)
+	var ran, finished atomic.Int64
+	p := crew.New(1,
+		crew.WithPanicHandler(func(pe *crew.PanicError) { handled <- pe }),
+		crew.WithHooks(crew.Hooks{
+			TaskStart:  func(crew.TaskEvent) { panic("hook") },
+			TaskFinish: func(crew.TaskEvent) { finished.Add(1) },
+		}))
+	defer p.Stop()
+	task := p.Submit(func(context.Context) error { ran.Add(1); return nil })
+	var pe *crew.PanicError
+	recv(t, task.Done(), "the Submit task")
+	if err := task.Wait(); !errors.As(err, &pe) || pe.Value != "hook" {
+		t.Fatalf("Submit task's Wait = %v, want the hook's panic", err)
+	}
+	p.Go(func() { ran.Add(1) })
+	if pe := recv(t, handled, "the panic handler"); pe.Value != "hook" {
+		t.Fatalf("panic handler got %v, want the hook's panic", pe.Value)
+	}
+	p.Wait()
+	s := p.Stats()
+	if ran.Load() != 0 || finished.Load() != 2 || s.Panicked != 2 || s.Failed != 1 || s.Completed != 2 {
+		t.Fatalf("ran %d, finished %d, %+v; want 0 ran, 2 finished, 2 panicked, 1 failed, 2 completed",
+			ran.Load(), finished.Load(), s)
+	}
+}

@@ -53,6 +53,14 @@ func (t *Task) finish(err error) {
 	close(t.done)
 }
 
+// abort completes t with err when its run method never began: a
+// TaskStart hook panicked before it.
+func (t *Task) abort(err error) {
+	t.p.unlist(t)
+	t.p.failed.Add(1)
+	t.finish(err)
+}
+
 // run is what the queue holds for a Submit task. Unlike Go tasks, whose
 // panics the worker loop recovers, a Task recovers its own so that the
 // panic reaches its Wait; it pays for a deferred call that Go tasks do not.
