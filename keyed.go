@@ -51,10 +51,7 @@ import (
 // Pool.Stop runs every task the Keyed accepted (except those waiting for a
 // token: see Go). When Shutdown's deadline passes, the tasks that have not
 // started are dropped: they are counted in Stats().Dropped, and a Task made
-// by Submit completes with ErrDropped. The
-// Keyed learns that the pool stopped from the pool's context; if the parent
-// context given WithContext had cancelled it before, the tasks whose steps
-// Shutdown dropped are not completed.
+// by Submit completes with ErrDropped.
 //
 // A Keyed must be made with NewKeyed; its methods are safe for concurrent
 // use. Several may share one pool.
@@ -343,12 +340,9 @@ func (k *Keyed[K]) dropEntries(es []layerEntry) {
 	k.l.drop(int64(len(es)))
 }
 
-// stopping reports whether the pool has stopped for good: closed, with its
-// context cancelled by Shutdown's deadline (or by the end of Stop).
-func (k *Keyed[K]) stopping() bool {
-	p := k.l.p
-	return p.e.Closed() && p.ctx.Err() != nil
-}
+// stopping reports whether the pool has stopped for good: Shutdown's
+// deadline has passed, or Stop has run everything.
+func (k *Keyed[K]) stopping() bool { return k.l.p.gaveUp.Load() }
 
 // abandon runs once the pool has stopped: every key whose step is not
 // running will never run again (its step was dropped from the pool's

@@ -89,10 +89,34 @@ func (p *Pool) layerSubmit(task func(), how submitMode) error {
 
 // layerInline: a full queue leaves the step free to go on, and so does
 // Stop, which runs everything queued and waits for the running step; once
-// Shutdown's deadline has cancelled the pool's context, the rest is
-// dropped instead.
+// Shutdown's deadline has passed, the rest is dropped instead.
 func (p *Pool) layerInline(err error) bool {
-	return err == ErrQueueFull || err == ErrStopped && p.ctx.Err() == nil
+	return err == ErrQueueFull || err == ErrStopped && !p.gaveUp.Load()
+}
+
+// giveUp marks the pool as running nothing more and cancels its context
+// (see gaveUp). Stop and Shutdown call it as they cancel the context.
+func (p *Pool) giveUp() {
+	p.mu.Lock()
+	p.gaveUp.Store(true)
+	if p.endedStop != nil {
+		p.endedStop()
+	}
+	p.mu.Unlock()
+	p.cancel()
+}
+
+// endedContext returns a context cancelled once the pool has given up.
+func (p *Pool) endedContext() context.Context {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ended == nil {
+		p.ended, p.endedStop = context.WithCancel(context.Background())
+		if p.gaveUp.Load() {
+			p.endedStop()
+		}
+	}
+	return p.ended
 }
 
 // layerEntry is a task queued in a layer: a func from Go, or a Task from
@@ -227,25 +251,20 @@ func (l *layer) link() {
 		return
 	}
 	l.linkMu.Lock()
-	// A context already ended by WithContext's parent would call us back at
-	// once, for nothing: the pool still runs. (Then a step that Shutdown
-	// drops later goes unnoticed: see Keyed.)
-	if !l.isLinked.Load() && (p.ctx.Err() == nil || p.e.Closed()) {
-		l.unlink = context.AfterFunc(p.ctx, l.poolDone)
+	if !l.isLinked.Load() {
+		l.unlink = context.AfterFunc(p.endedContext(), l.poolDone)
 		l.isLinked.Store(true)
 	}
 	l.linkMu.Unlock()
 }
 
-// poolDone runs when the pool's context ends.
+// poolDone runs when the pool has given up.
 func (l *layer) poolDone() {
 	l.linkMu.Lock()
 	l.isLinked.Store(false)
 	l.unlink = nil
 	l.linkMu.Unlock()
-	if l.p.e.Closed() {
-		l.abandon()
-	}
+	l.abandon()
 }
 
 // wait blocks until the layer has no unfinished task, then undoes the link

@@ -32,6 +32,15 @@ type Pool struct {
 	mu     sync.Mutex
 	queued taskList // Submit tasks accepted and not started
 
+	// gaveUp is set once the pool will run nothing more: Shutdown's
+	// deadline has passed, or Stop or Shutdown is returning. The layers
+	// (layer.go) then drop what they hold. The pool's context cannot tell
+	// them, as WithContext's parent may cancel it while the pool runs on;
+	// ended (made by the first layer, guarded by mu) is cancelled with it.
+	gaveUp    atomic.Bool
+	ended     context.Context
+	endedStop context.CancelFunc
+
 	name string    // WithName
 	obs  *observer // nil unless WithHooks, WithLatency or WithLogger (observe.go)
 	slow bool      // nonBlocking || obs != nil: push goes through pushSlow
@@ -241,7 +250,7 @@ func (p *Pool) Stop() {
 	if p.obs != nil {
 		began = monotime()
 	}
-	stopEngine(p.e, p.cancel, nil)
+	stopEngine(p.e, p.giveUp, nil)
 	if p.obs != nil {
 		p.obs.stopped(began, 0)
 	}
@@ -265,7 +274,7 @@ func (p *Pool) Shutdown(ctx context.Context) error {
 	if p.obs != nil {
 		began = monotime()
 	}
-	err := shutdownEngine(ctx, p.e, p.cancel, p.dropListed, nil)
+	err := shutdownEngine(ctx, p.e, p.giveUp, p.dropListed, nil)
 	if p.obs != nil {
 		p.obs.stopped(began, int(p.e.Stats().Dropped))
 	}
