@@ -205,30 +205,40 @@ func (q *Priority) failed(seq uint64, err error) error {
 	for i := range q.h {
 		if q.h[i].seq == seq { // ours is still queued: take it back
 			e := q.heapRemove(i)
-			q.mu.Unlock()
+			// Counted out under mu, so that another failed call cannot
+			// take it for a running step that will adopt orphans.
 			q.l.done(1)
+			q.settle(err)
 			e.refuse(err)
 			return err
 		}
 	}
 	// Another submission's step took ours, so it ran or runs: ours was
-	// accepted after all, and a queued task now lacks a step: an orphan.
-	if len(q.h) <= q.pending {
-		q.mu.Unlock() // none: dropped already as the pool stopped
-		return nil
-	}
+	// accepted after all.
+	q.settle(err)
+	return nil
+}
+
+// settle makes sure that every queued task has a step, after a refused
+// submission took its own step out of pending: a step it counted on (see
+// run) may have run another submission's task, whose step was refused in
+// turn, leaving a task without a step, an orphan. Every refusal settles,
+// so the last one sees the orphans. Called with mu held; it unlocks it.
+func (q *Priority) settle(err error) {
 	q.countOrphans()
-	for {
+	for len(q.h) > q.pending {
 		// A step that is pending, or running a task (those not in the
 		// heap), adopts it when its own task is done (see run): it reads
 		// orphans after counting its task done, and we read that count
-		// after raising orphans.
+		// after raising orphans. A pending step whose submission fails
+		// settles in turn.
 		if q.pending > 0 || q.l.unfinished.Load() > int64(len(q.h)) {
 			q.mu.Unlock()
-			return nil
+			return
 		}
 		if err != ErrQueueFull {
-			break
+			q.dropWorst() // unlocks mu
+			return
 		}
 		// Nobody to adopt it, and the pool's queue is full: wait for room
 		// for a step of its own.
@@ -236,18 +246,18 @@ func (q *Priority) failed(seq uint64, err error) error {
 		q.countOrphans()
 		q.mu.Unlock()
 		if err = q.l.ex.layerSubmit(q.step, submitWait); err == nil {
-			return nil
+			return
 		}
 		q.mu.Lock()
 		q.pending--
-		if len(q.h) <= q.pending {
-			q.mu.Unlock()
-			return nil
-		}
 		q.countOrphans()
 	}
-	// The pool has stopped and nothing of q runs: the task that would
-	// have started last cannot start.
+	q.mu.Unlock() // none left without a step, or dropped as the pool stopped
+}
+
+// dropWorst drops the task that would have started last: the pool has
+// stopped and nothing of q runs. Called with mu held; it unlocks it.
+func (q *Priority) dropWorst() {
 	worst := 0
 	for i := 1; i < len(q.h); i++ {
 		if q.h[worst].before(&q.h[i]) {
@@ -259,7 +269,6 @@ func (q *Priority) failed(seq uint64, err error) error {
 	q.mu.Unlock()
 	e.refuse(ErrDropped)
 	q.l.drop(1)
-	return nil
 }
 
 // run is the step: it runs the best queued task, then the tasks left

@@ -249,3 +249,53 @@ func TestPriorityOnRateLimited(t *testing.T) {
 		t.Fatalf("order %v, want highest first", ran)
 	}
 }
+
+// Two submissions refused by a full non-blocking pool, where the step of
+// an earlier one ran the first's task: the first then counts on the
+// second's step, which was refused too; the second takes its own task back
+// and must see that the earliest task has no step left. (The Drop hook
+// holds each refused submission before it undoes itself.)
+func TestPriorityRefusedSubmissionsLeaveNoOrphan(t *testing.T) {
+	leak.Check(t)
+	aRefused, aGo := make(chan struct{}), make(chan struct{})
+	bRefused, bGo := make(chan struct{}), make(chan struct{})
+	var drops atomic.Int32
+	p := crew.New(1, crew.WithQueueSize(1), crew.WithNonBlocking(), crew.WithHooks(crew.Hooks{
+		Drop: func(crew.TaskEvent) {
+			switch drops.Add(1) {
+			case 1:
+				close(aRefused)
+				<-aGo
+			case 2:
+				close(bRefused)
+				<-bGo
+			}
+		},
+	}))
+	defer p.Stop()
+	q := crew.NewPriority(p, crew.WithAging(0))
+	release := gate(t, p)
+	var cRan atomic.Bool
+	if err := q.Go(0, func() { cRan.Store(true) }); err != nil { // its step fills the queue
+		t.Fatal(err)
+	}
+	aErr, bErr := make(chan error, 1), make(chan error, 1)
+	go func() { aErr <- q.Go(10, func() {}) }()
+	recvWithin(t, aRefused, "A's refusal")
+	go func() { bErr <- q.Go(5, func() {}) }()
+	recvWithin(t, bRefused, "B's refusal")
+	release()
+	p.Wait() // the first step ran the best task, A's
+	close(aGo)
+	if err := recvWithin(t, aErr, "A's Go"); err != nil {
+		t.Fatalf("A's Go = %v, want nil: its task ran", err)
+	}
+	close(bGo)
+	if err := recvWithin(t, bErr, "B's Go"); err != crew.ErrQueueFull {
+		t.Fatalf("B's Go = %v, want ErrQueueFull", err)
+	}
+	within(t, schedDeadline, "Priority.Wait", q.Wait)
+	if !cRan.Load() {
+		t.Fatal("the first task, accepted, never ran")
+	}
+}
