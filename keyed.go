@@ -469,24 +469,27 @@ func (kq *keyQueue[K]) exec(e layerEntry) (inline bool) {
 	defer func() {
 		if !finished {
 			// runtime.Goexit (or a panic that crashes the program): pass
-			// the key on, then let it unwind to the worker.
-			kq.after(false)
+			// the key on, running its next tasks here as the step would
+			// (Stop has closed the pool), then let it unwind to the worker.
+			inline := kq.after()
 			l.done(1)
+			if inline {
+				kq.run()
+			}
 		}
 	}()
 	l.runEntry(e) // recovers panics
 	finished = true
-	inline = kq.after(true) // kq may be recycled from here on
+	inline = kq.after() // kq may be recycled from here on
 	l.done(1)
 	return inline
 }
 
 // after passes the key on after one of its tasks: it deletes an idle key,
 // puts a key out of tokens to sleep, or submits the key's step again. It
-// reports whether the calling step should go on with the next task itself
-// (only if mayInline): the executor would not take the step but lets the
-// caller run it.
-func (kq *keyQueue[K]) after(mayInline bool) bool {
+// reports whether the calling step should go on with the next task itself:
+// the executor would not take the step but lets the caller run it.
+func (kq *keyQueue[K]) after() bool {
 	k, sh := kq.k, kq.sh
 	sh.mu.Lock()
 	if kq.dead {
@@ -521,11 +524,12 @@ func (kq *keyQueue[K]) after(mayInline bool) bool {
 	switch {
 	case err == nil:
 		return false
-	case k.l.ex.layerInline(err) && mayInline:
+	case k.l.ex.layerInline(err):
 		return true
 	case err == ErrQueueFull:
-		// Unwinding from runtime.Goexit: this worker cannot go on with
-		// the key, and must not wait for room; a goroutine waits instead.
+		// The executor lets no step go on with the next task (a
+		// RateLimited), and a worker must not wait for room: a goroutine
+		// waits instead.
 		go kq.submitWaiting()
 		return false
 	}

@@ -368,6 +368,28 @@ func TestKeyedStopAfterTheParentContextEnded(t *testing.T) {
 	})
 }
 
+// A task that calls runtime.Goexit while Stop drains the pool passes its
+// key on like one that returns: Stop runs the key's next task.
+func TestKeyedGoexitDuringStopRunsTheNextTask(t *testing.T) {
+	leak.Check(t)
+	p := crew.New(1)
+	k := crew.NewKeyed[int](p)
+	started, release := make(chan struct{}), make(chan struct{})
+	k.Go(1, func() { close(started); <-release; runtime.Goexit() })
+	recvWithin(t, started, "key 1's first task")
+	var ran atomic.Int64
+	second := k.Submit(1, func(context.Context) error { ran.Add(1); return nil })
+	stopped := make(chan struct{})
+	go func() { p.Stop(); close(stopped) }()
+	eventually(t, "Stop to close the pool", func() bool { return p.Go(func() {}) == crew.ErrStopped })
+	close(release)
+	recvWithin(t, stopped, "Pool.Stop")
+	if err := second.Wait(); err != nil || ran.Load() != 1 {
+		t.Fatalf("key 1's second task: %v, ran %d times; want nil, once", err, ran.Load())
+	}
+	within(t, schedDeadline, "Keyed.Wait", k.Wait)
+}
+
 // On a bounded non-blocking pool, Go for an idle key fails fast with
 // ErrQueueFull when the pool's queue is full, and that task never runs;
 // every task Go accepted runs exactly once, from many producers at once.
