@@ -316,78 +316,75 @@ func TestKeyedShutdownDropsWhatHasNotStarted(t *testing.T) {
 	}
 }
 
-// A parent context (WithContext) that ends cancels the pool's context but
-// does not stop the pool: Stop still runs every task the Keyed accepted,
-// and Shutdown's deadline still drops and completes those that never
-// started.
-func TestKeyedStopAfterTheParentContextEnded(t *testing.T) {
+// Stop runs the next task of a key whose running task returns after
+// Stop has closed the pool: also when WithContext's parent ended before
+// (it cancels the pool's context, not the pool), and when the running task
+// calls runtime.Goexit.
+func TestKeyedStopRunsTheKeysNextTask(t *testing.T) {
 	leak.Check(t)
-	t.Run("Stop", func(t *testing.T) {
-		parent, cancel := context.WithCancel(context.Background())
-		p := crew.New(1, crew.WithContext(parent))
-		k := crew.NewKeyed[int](p)
-		started, release := make(chan struct{}), make(chan struct{})
-		k.Go(1, func() { close(started); <-release })
-		recvWithin(t, started, "key 1's first task")
-		var ran atomic.Int64
-		second := k.Submit(1, func(context.Context) error { ran.Add(1); return nil })
-		cancel()
-		stopped := make(chan struct{})
-		go func() { p.Stop(); close(stopped) }()
-		eventually(t, "Stop to close the pool", func() bool { return p.Go(func() {}) == crew.ErrStopped })
-		close(release)
-		recvWithin(t, stopped, "Pool.Stop")
-		if err := second.Wait(); err != nil || ran.Load() != 1 {
-			t.Fatalf("key 1's second task: %v, ran %d times; want nil, once", err, ran.Load())
-		}
-	})
-	t.Run("Shutdown", func(t *testing.T) {
-		parent, cancel := context.WithCancel(context.Background())
-		p := crew.New(1, crew.WithContext(parent))
-		k := crew.NewKeyed[int](p)
-		release := gate(t, p)
-		defer release()
-		task := k.Submit(1, func(context.Context) error { return nil })
-		cancel()
-		ctx, stop := context.WithTimeout(context.Background(), 10*time.Millisecond)
-		defer stop()
-		shut := make(chan error, 1)
-		go func() { shut <- p.Shutdown(ctx) }()
-		eventually(t, "Shutdown to drop the step", func() bool { return p.Stats().Dropped > 0 })
-		release()
-		if err := recvWithin(t, shut, "Pool.Shutdown"); err == nil {
-			t.Fatal("Shutdown = nil, want a *ShutdownError")
-		}
-		within(t, schedDeadline, "Keyed.Wait", k.Wait)
-		if err := task.Wait(); err != crew.ErrDropped {
-			t.Fatalf("the dropped Task reports %v", err)
-		}
-		if s := k.Stats(); s.Dropped != 1 || s.Keys != 0 {
-			t.Fatalf("Stats %+v; want 1 dropped, no key left", s)
-		}
-	})
+	for _, tc := range []struct {
+		name                 string
+		parentEnded, goexits bool
+	}{{"parent context ended", true, false}, {"Goexit", false, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			parent, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			p := crew.New(1, crew.WithContext(parent))
+			k := crew.NewKeyed[int](p)
+			started, release := make(chan struct{}), make(chan struct{})
+			k.Go(1, func() {
+				close(started)
+				<-release
+				if tc.goexits {
+					runtime.Goexit()
+				}
+			})
+			recvWithin(t, started, "key 1's first task")
+			var ran atomic.Int64
+			second := k.Submit(1, func(context.Context) error { ran.Add(1); return nil })
+			if tc.parentEnded {
+				cancel()
+			}
+			stopped := make(chan struct{})
+			go func() { p.Stop(); close(stopped) }()
+			eventually(t, "Stop to close the pool", func() bool { return p.Go(func() {}) == crew.ErrStopped })
+			close(release)
+			recvWithin(t, stopped, "Pool.Stop")
+			if err := second.Wait(); err != nil || ran.Load() != 1 {
+				t.Fatalf("key 1's second task: %v, ran %d times; want nil, once", err, ran.Load())
+			}
+			within(t, schedDeadline, "Keyed.Wait", k.Wait)
+		})
+	}
 }
 
-// A task that calls runtime.Goexit while Stop drains the pool passes its
-// key on like one that returns: Stop runs the key's next task.
-func TestKeyedGoexitDuringStopRunsTheNextTask(t *testing.T) {
+// After WithContext's parent ended, Shutdown's deadline still drops and
+// completes the keyed tasks whose steps it removed.
+func TestKeyedShutdownAfterTheParentContextEnded(t *testing.T) {
 	leak.Check(t)
-	p := crew.New(1)
+	parent, cancel := context.WithCancel(context.Background())
+	p := crew.New(1, crew.WithContext(parent))
 	k := crew.NewKeyed[int](p)
-	started, release := make(chan struct{}), make(chan struct{})
-	k.Go(1, func() { close(started); <-release; runtime.Goexit() })
-	recvWithin(t, started, "key 1's first task")
-	var ran atomic.Int64
-	second := k.Submit(1, func(context.Context) error { ran.Add(1); return nil })
-	stopped := make(chan struct{})
-	go func() { p.Stop(); close(stopped) }()
-	eventually(t, "Stop to close the pool", func() bool { return p.Go(func() {}) == crew.ErrStopped })
-	close(release)
-	recvWithin(t, stopped, "Pool.Stop")
-	if err := second.Wait(); err != nil || ran.Load() != 1 {
-		t.Fatalf("key 1's second task: %v, ran %d times; want nil, once", err, ran.Load())
+	release := gate(t, p)
+	defer release()
+	task := k.Submit(1, func(context.Context) error { return nil })
+	cancel()
+	ctx, stop := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer stop()
+	shut := make(chan error, 1)
+	go func() { shut <- p.Shutdown(ctx) }()
+	eventually(t, "Shutdown to drop the step", func() bool { return p.Stats().Dropped > 0 })
+	release()
+	if err := recvWithin(t, shut, "Pool.Shutdown"); err == nil {
+		t.Fatal("Shutdown = nil, want a *ShutdownError")
 	}
 	within(t, schedDeadline, "Keyed.Wait", k.Wait)
+	if err := task.Wait(); err != crew.ErrDropped {
+		t.Fatalf("the dropped Task reports %v", err)
+	}
+	if s := k.Stats(); s.Dropped != 1 || s.Keys != 0 {
+		t.Fatalf("Stats %+v; want 1 dropped, no key left", s)
+	}
 }
 
 // On a bounded non-blocking pool, Go for an idle key fails fast with
