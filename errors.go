@@ -59,9 +59,10 @@ func (e *PanicError) Unwrap() error {
 	return err
 }
 
-// ShutdownError reports that Shutdown's context ended before the queue
-// drained: Dropped queued tasks never started. It unwraps to the context's
-// error.
+// ShutdownError reports that Shutdown's context ended before every task
+// had returned: Dropped queued tasks never started (none, if only running
+// tasks were left), and the running ones saw the pool's context cancelled.
+// It unwraps to the context's error.
 type ShutdownError struct {
 	Dropped int   // queued tasks removed without running
 	Err     error // the context's error

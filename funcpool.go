@@ -174,12 +174,7 @@ func (c *funcCore[T]) configure(what string, maxWorkers int, opts []FuncOption) 
 		}
 		o.applyFunc(&fc)
 	}
-	if fc.minWorkers > maxWorkers {
-		panic(fmt.Errorf("%w: WithMinWorkers(%d) exceeds the worker limit %d", ErrInvalid, fc.minWorkers, maxWorkers))
-	}
-	if fc.nonBlocking && fc.queueSize < 0 {
-		panic(fmt.Errorf("%w: WithNonBlocking needs WithQueueSize: an unbounded queue is never full", ErrInvalid))
-	}
+	fc.check(maxWorkers)
 	if h := &fc.hooks; fc.name != "" || fc.latency || fc.logger != nil || h.timed() || h.Drop != nil || h.WorkerStart != nil || h.WorkerRetire != nil {
 		// Rather than let them be ignored without a word.
 		panic(fmt.Errorf("%w: crew.%s: WithName, WithHooks, WithLatency and WithLogger apply to a Pool, not yet to a FuncPool or WorkerPool", ErrInvalid, what))
@@ -205,12 +200,13 @@ func (c *funcCore[T]) start(maxWorkers int, fc funcConfig, cfg engine.Config[T])
 	c.e = engine.New(cfg)
 }
 
-// fail records an error of the function.
+// fail records an error of the function. The handler runs first: should it
+// panic or call runtime.Goexit, the engine counts the failure instead.
 func (c *funcCore[T]) fail(err error) {
-	c.failed.Add(1)
 	if c.onError != nil {
 		c.onError(err)
 	}
+	c.failed.Add(1)
 }
 
 func (c *funcCore[T]) invoke(v T) error {

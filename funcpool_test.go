@@ -110,6 +110,20 @@ func TestFuncPoolErrorsPanicsAndGoexit(t *testing.T) {
 // Shutdown drops the values still queued when its deadline passes and
 // cancels the function's context; TryInvoke, InvokeCtx and the
 // non-blocking mode behave like the Pool's.
+// A call that fails counts once in Failed, also when the error handler
+// panics (the engine then counts it, as a panic).
+func TestFuncPoolErrorHandlerPanicCountsOnce(t *testing.T) {
+	leak.Check(t)
+	p := crew.NewFunc(1, func(context.Context, int) error { return errors.New("x") },
+		crew.WithErrorHandler(func(error) { panic("handler") }),
+		crew.WithPanicHandler(func(*crew.PanicError) {}))
+	p.Invoke(1)
+	p.Stop()
+	if s := p.Stats(); s.Failed != 1 || s.Completed != 1 || s.Panicked != 1 {
+		t.Fatalf("one failed call: Failed %d, Completed %d, Panicked %d; want 1 each", s.Failed, s.Completed, s.Panicked)
+	}
+}
+
 func TestFuncPoolShutdownAndSubmissionModes(t *testing.T) {
 	leak.Check(t)
 	started := make(chan struct{}, 1)

@@ -173,7 +173,7 @@ func (s HistogramSnapshot) Quantile(q float64) time.Duration {
 	if q >= 1 || math.IsNaN(q) {
 		return s.Max
 	}
-	rank := uint64(math.Ceil(q * float64(s.Count)))
+	rank := uint64(math.Ceil(max(q, 0) * float64(s.Count))) // a negative float converts to garbage
 	rank = max(rank, 1)
 	var seen uint64
 	for i, c := range s.counts {

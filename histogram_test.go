@@ -110,6 +110,23 @@ func TestHistogramBeyondRange(t *testing.T) {
 	}
 }
 
+// Quantile clamps q into [0, 1]: below 0 it is the smallest observation,
+// above 1 the largest.
+func TestHistogramQuantileClampsQ(t *testing.T) {
+	leak.Check(t)
+	var h crew.Histogram
+	for i := 1; i <= 100; i++ {
+		h.Record(time.Duration(i) * time.Millisecond)
+	}
+	s := h.Snapshot()
+	if lo, neg := s.Quantile(0), s.Quantile(-1); lo != neg || lo > 2*time.Millisecond {
+		t.Errorf("Quantile(0) = %v, Quantile(-1) = %v; want both about 1ms", lo, neg)
+	}
+	if hi := s.Quantile(2); hi != s.Max {
+		t.Errorf("Quantile(2) = %v, want Max %v", hi, s.Max)
+	}
+}
+
 func TestHistogramEmpty(t *testing.T) {
 	leak.Check(t)
 	var h crew.Histogram

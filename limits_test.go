@@ -1,6 +1,7 @@
 package crew_test
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"runtime"
@@ -206,5 +207,42 @@ func panicNilChild(t *testing.T) {
 	}
 	if n := handled.Load(); n != 10 {
 		t.Errorf("the panic handler saw %d of the 10 panic(nil)", n)
+	}
+}
+
+// Stats read while Shutdown drops the queue never count a task twice:
+// Submitted stays at the tasks accepted, so a counter exported from it
+// (crewprom, crewotel) never goes down.
+func TestStatsSubmittedDuringShutdownDrop(t *testing.T) {
+	leak.Check(t)
+	const n = 2000
+	for round := range scaled(100, 4) {
+		p := crew.New(1)
+		release := gate(t, p)
+		for range n {
+			p.Go(func() {})
+		}
+		stop := make(chan struct{})
+		most := make(chan uint64)
+		go func() {
+			var m uint64
+			for {
+				select {
+				case <-stop:
+					most <- m
+					return
+				default:
+				}
+				m = max(m, p.Stats().Submitted)
+			}
+		}()
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		go release()
+		p.Shutdown(ctx)
+		close(stop)
+		if m := <-most; m > n+1 {
+			t.Fatalf("round %d: Stats().Submitted reached %d with %d tasks accepted", round, m, n+1)
+		}
 	}
 }

@@ -93,13 +93,18 @@ func (p *Pool) setupObservability(c *config, cfg *engine.Config[func()]) {
 const ProfileLabel = "crew.pool"
 
 // Name returns the name given WithName, or "".
-func (p *Pool) Name() string { return p.name }
+func (p *Pool) Name() string {
+	if p == nil {
+		return ""
+	}
+	return p.name
+}
 
 // Latency returns the queue-wait and run-time histograms of a pool built
 // WithLatency, and false for any other pool. Each call takes a fresh
 // snapshot (two Histogram.Snapshot calls, a few microseconds).
 func (p *Pool) Latency() (LatencySnapshot, bool) {
-	if p.obs == nil || p.obs.lat == nil {
+	if p == nil || p.obs == nil || p.obs.lat == nil {
 		return LatencySnapshot{}, false
 	}
 	return p.obs.lat.Snapshot(), true

@@ -36,6 +36,20 @@ func defaultConfig() config {
 	return config{queueSize: -1, idleTimeout: DefaultIdleTimeout, onPanic: logPanic, ctx: context.Background()}
 }
 
+// check panics with an error wrapping ErrInvalid if the options contradict
+// each other or the worker limit.
+func (c *config) check(maxWorkers int) {
+	if c.crash && c.handlerSet {
+		panic(fmt.Errorf("%w: WithCrashOnPanic and WithPanicHandler contradict each other", ErrInvalid))
+	}
+	if c.minWorkers > maxWorkers {
+		panic(fmt.Errorf("%w: WithMinWorkers(%d) exceeds the worker limit %d", ErrInvalid, c.minWorkers, maxWorkers))
+	}
+	if c.nonBlocking && c.queueSize < 0 {
+		panic(fmt.Errorf("%w: WithNonBlocking needs WithQueueSize: an unbounded queue is never full", ErrInvalid))
+	}
+}
+
 func logPanic(p *PanicError) { log.Print(p.Error()) }
 
 // WithQueueSize bounds the number of tasks waiting for a worker to n. With

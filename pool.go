@@ -63,15 +63,7 @@ func New(maxWorkers int, opts ...Option) *Pool {
 		}
 		o(&c)
 	}
-	if c.crash && c.handlerSet {
-		panic(fmt.Errorf("%w: WithCrashOnPanic and WithPanicHandler contradict each other", ErrInvalid))
-	}
-	if c.minWorkers > maxWorkers {
-		panic(fmt.Errorf("%w: WithMinWorkers(%d) exceeds the worker limit %d", ErrInvalid, c.minWorkers, maxWorkers))
-	}
-	if c.nonBlocking && c.queueSize < 0 {
-		panic(fmt.Errorf("%w: WithNonBlocking needs WithQueueSize: an unbounded queue is never full", ErrInvalid))
-	}
+	c.check(maxWorkers)
 	p := &Pool{nonBlocking: c.nonBlocking, crash: c.crash, onPanic: c.onPanic}
 	p.ctx, p.cancel = context.WithCancel(c.ctx)
 	cfg := engine.Config[func()]{
@@ -115,10 +107,13 @@ func (p *Pool) Go(task func()) error {
 // reports whether it did. It returns false when a bounded queue is full,
 // after Stop or Shutdown has begun, and for a nil task.
 func (p *Pool) TrySubmit(task func()) bool {
-	if p.obs != nil && task != nil {
+	if task == nil || p.unusable() {
+		return false
+	}
+	if p.obs != nil {
 		return p.obs.push(nil, task, nil, pushTry) == nil
 	}
-	return task != nil && p.e != nil && p.e.TryPush(task) == nil
+	return p.e.TryPush(task) == nil
 }
 
 // SubmitCtx submits task, waiting while a bounded queue is full. It gives up
@@ -229,7 +224,7 @@ func (p *Pool) Context() context.Context {
 // ErrInsideTask when called from inside one of the pool's own tasks: it
 // would wait for itself forever.
 func (p *Pool) Wait() {
-	if p.e != nil {
+	if !p.unusable() {
 		waitEngine(p.e)
 	}
 }
@@ -261,8 +256,9 @@ func (p *Pool) Stop() {
 // every task that has not started, waits for the running ones to return, and
 // reports a *ShutdownError with the exact number of tasks it dropped. Dropped
 // Submit tasks complete with ErrDropped. Shutdown returns nil when every
-// queued task ran. No worker goroutine outlives it, so a running task that
-// ignores its context delays it.
+// task had returned before ctx ended; when ctx ends while tasks still run
+// (and see their context cancelled), Dropped may be 0. No worker goroutine
+// outlives it, so a running task that ignores its context delays it.
 //
 // Called from inside one of the pool's own tasks, Shutdown closes the pool
 // and returns an error wrapping ErrInsideTask at once, as Stop does.

@@ -412,13 +412,14 @@ func (e *Engine[T]) finish(n int64, idle bool) {
 // grow, so a result of zero means that at one instant every accepted task was
 // finished.
 func (e *Engine[T]) unfinished() int64 {
-	return e.unfinishedAfter(e.completed.Load())
+	completed := e.completed.Load()
+	return e.unfinishedAfter(completed, e.dropped.Load())
 }
 
-// unfinishedAfter is unfinished with the given count of completed tasks,
-// read before the call.
-func (e *Engine[T]) unfinishedAfter(completed uint64) int64 {
-	done := completed + e.dropped.Load()
+// unfinishedAfter is unfinished with the given counts of completed and
+// dropped tasks, read before the call.
+func (e *Engine[T]) unfinishedAfter(completed, dropped uint64) int64 {
+	done := completed + dropped
 	var pushed uint64
 	for i := range e.shards {
 		pushed += e.shards[i].pushed()
@@ -538,16 +539,19 @@ type Stats struct {
 // worker, so it costs a few nanoseconds per worker.
 func (e *Engine[T]) Stats() Stats {
 	// Finished counts first, as in unfinished: pushed is read after them,
-	// so Unfinished cannot be negative.
+	// so Unfinished cannot be negative. Dropped is read once, so that a
+	// Drain between two reads cannot count its tasks both as dropped and
+	// as unfinished (Submitted would then jump and fall back).
 	completed := e.finished()
+	dropped := e.dropped.Load()
 	return Stats{
 		Workers:    int(e.workers.Load() & countMask),
 		Idle:       int(e.idle.asleep.Load()),
 		Searching:  int(e.searching.Load()),
 		Queued:     e.queued(),
-		Unfinished: e.unfinishedAfter(completed),
+		Unfinished: e.unfinishedAfter(completed, dropped),
 		Completed:  completed,
-		Dropped:    e.dropped.Load(),
+		Dropped:    dropped,
 		Panicked:   e.panicked.Load(),
 		MaxWorkers: int(e.maxWorkers.Load()),
 	}
