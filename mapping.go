@@ -114,7 +114,10 @@ func ForEachSeq[T any](ctx context.Context, p *Pool, seq iter.Seq[T], fn func(co
 }
 
 // feed pushes the values of seq into c, keeping at most a window of them
-// unfinished.
+// pulled and unfinished: it waits for room before it pulls the next. Should
+// seq panic or call runtime.Goexit, feed cancels the group and waits for
+// the calls already started before the unwind goes on, so that none runs
+// after its caller has returned.
 func feed[T any](c *core[T], seq iter.Seq[T]) {
 	if seq == nil {
 		c.fail(ErrNilTask)
@@ -124,13 +127,21 @@ func feed[T any](c *core[T], seq iter.Seq[T]) {
 	if window == 0 {
 		window = c.p.maxWorkers()
 	}
+	returned := false
+	defer func() {
+		if !returned {
+			c.cancel(context.Canceled)
+			c.wait()
+		}
+	}()
 	for v := range seq {
-		if c.ctx.Err() != nil {
-			return
+		if c.ctx.Err() != nil || c.push(v) != nil {
+			break
 		}
 		c.await(window - 1)
-		if c.ctx.Err() != nil || c.push(v) != nil {
-			return
+		if c.ctx.Err() != nil {
+			break
 		}
 	}
+	returned = true
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"iter"
 	"math/rand/v2"
+	"runtime"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -164,7 +165,7 @@ func TestForEachSeqBoundedWindow(t *testing.T) {
 		t.Fatalf("ForEachSeq = %v, sum %d", err, sum.Load())
 	}
 	// The value being yielded counts too.
-	if worst.Load() > window+1 {
+	if worst.Load() > window {
 		t.Fatalf("pulled %d values ahead of the finished ones, window %d", worst.Load(), window)
 	}
 }
@@ -205,5 +206,57 @@ func TestMapErrSeqStopsPulling(t *testing.T) {
 	}
 	if err := crew.ForEachSeq(context.Background(), p, nil, func(context.Context, int) error { return nil }); err != crew.ErrNilTask {
 		t.Fatalf("ForEachSeq(nil seq) = %v", err)
+	}
+}
+
+// An iterator that panics or calls runtime.Goexit ends MapErrSeq and
+// ForEachSeq only after the calls already started have returned, with
+// their context cancelled: none runs after the caller has moved on.
+func TestSeqIteratorFailureWaitsForTheCalls(t *testing.T) {
+	leak.Check(t)
+	for _, goexit := range []bool{false, true} {
+		p := crew.New(2)
+		started, release := make(chan struct{}), make(chan struct{})
+		var returned atomic.Bool
+		seq := func(yield func(int) bool) {
+			if !yield(0) {
+				return
+			}
+			<-started
+			if goexit {
+				runtime.Goexit()
+			}
+			panic("iterator broke")
+		}
+		call := func(ctx context.Context, v int) (int, error) {
+			close(started)
+			select {
+			case <-ctx.Done():
+			case <-release: // the test failed: let Stop return
+			}
+			returned.Store(true)
+			return v, nil
+		}
+		ended := make(chan any, 1)
+		go func() {
+			defer func() { ended <- recover() }()
+			if goexit {
+				crew.ForEachSeq(context.Background(), p, seq, func(ctx context.Context, v int) error {
+					_, err := call(ctx, v)
+					return err
+				})
+			} else {
+				crew.MapErrSeq(context.Background(), p, seq, call)
+			}
+		}()
+		v := recv(t, ended, "the iterator's failure to end the call")
+		if !returned.Load() {
+			t.Errorf("goexit %v: the call still ran when the iterator's failure ended the caller", goexit)
+		}
+		if !goexit && v != "iterator broke" {
+			t.Errorf("MapErrSeq's panic = %v, want the iterator's", v)
+		}
+		close(release)
+		p.Stop()
 	}
 }
