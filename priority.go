@@ -282,6 +282,11 @@ func (q *Priority) run() {
 	}
 	e := q.heapRemove(0)
 	q.mu.Unlock()
+	q.runFrom(e)
+}
+
+// runFrom runs e, then the tasks left without a step, if any.
+func (q *Priority) runFrom(e layerEntry) {
 	for {
 		q.exec(e)
 		if q.orphans.Load() == 0 { // one atomic load: the word is rarely written
@@ -301,8 +306,19 @@ func (q *Priority) countOrphans() {
 }
 
 func (q *Priority) exec(e layerEntry) {
-	defer q.l.done(1)
-	q.l.runEntry(e)
+	returned := false
+	defer func() {
+		q.l.done(1)
+		if !returned && q.orphans.Load() > 0 {
+			// runtime.Goexit: the step unwinds past runFrom, whose adopting a
+			// refused submission may count on (see settle). Adopt here.
+			if e, ok := q.adopt(); ok {
+				q.runFrom(e)
+			}
+		}
+	}()
+	q.l.runEntry(e) // recovers panics
+	returned = true
 }
 
 // adopt takes the best task if one lacks a step. When the executor does

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -297,5 +298,49 @@ func TestPriorityRefusedSubmissionsLeaveNoOrphan(t *testing.T) {
 	within(t, schedDeadline, "Priority.Wait", q.Wait)
 	if !cRan.Load() {
 		t.Fatal("the first task, accepted, never ran")
+	}
+}
+
+// The step that a refused submission counts on to adopt its orphan runs a
+// task that calls runtime.Goexit: the step still adopts it on the way out.
+func TestPriorityGoexitStillAdoptsTheOrphan(t *testing.T) {
+	leak.Check(t)
+	refused, refusedGo := make(chan struct{}), make(chan struct{})
+	var drops atomic.Int32
+	p := crew.New(1, crew.WithQueueSize(1), crew.WithNonBlocking(), crew.WithHooks(crew.Hooks{
+		Drop: func(crew.TaskEvent) {
+			if drops.Add(1) == 1 {
+				close(refused)
+				<-refusedGo
+			}
+		},
+	}))
+	defer p.Stop()
+	q := crew.NewPriority(p, crew.WithAging(0))
+	release := gate(t, p)
+	var lowRan atomic.Bool
+	if err := q.Go(0, func() { lowRan.Store(true) }); err != nil { // its step fills the queue
+		t.Fatal(err)
+	}
+	highStarted, highGo := make(chan struct{}), make(chan struct{})
+	goErr := make(chan error, 1)
+	go func() {
+		goErr <- q.Go(10, func() {
+			close(highStarted)
+			<-highGo
+			runtime.Goexit()
+		})
+	}()
+	recvWithin(t, refused, "the high task's refusal")
+	release()
+	recvWithin(t, highStarted, "the low task's step to run the high task")
+	close(refusedGo)
+	if err := recvWithin(t, goErr, "the high task's Go"); err != nil {
+		t.Fatalf("high Go = %v, want nil: its task runs", err)
+	}
+	close(highGo)
+	within(t, schedDeadline, "Priority.Wait", q.Wait)
+	if !lowRan.Load() {
+		t.Fatal("the low task never ran")
 	}
 }
