@@ -2,6 +2,7 @@ package crew
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"sync"
@@ -226,33 +227,39 @@ func (q *Priority) failed(seq uint64, err error) error {
 // so the last one sees the orphans. Called with mu held; it unlocks it.
 func (q *Priority) settle(err error) {
 	q.countOrphans()
-	for len(q.h) > q.pending {
+	switch {
+	case len(q.h) <= q.pending:
+		// None left without a step, or dropped as the pool stopped.
+		q.mu.Unlock()
+	case q.pending > 0 || q.l.unfinished.Load() > int64(len(q.h)):
 		// A step that is pending, or running a task (those not in the
 		// heap), adopts it when its own task is done (see run): it reads
 		// orphans after counting its task done, and we read that count
 		// after raising orphans. A pending step whose submission fails
 		// settles in turn.
-		if q.pending > 0 || q.l.unfinished.Load() > int64(len(q.h)) {
-			q.mu.Unlock()
-			return
-		}
-		if err != ErrQueueFull {
-			q.dropWorst() // unlocks mu
-			return
-		}
-		// Nobody to adopt it, and the pool's queue is full: wait for room
-		// for a step of its own.
+		q.mu.Unlock()
+	case errors.Is(err, ErrQueueFull):
+		// Nobody to adopt it, and the pool's queue is full (a Go from
+		// inside a task may have found every worker waiting for room): a
+		// step of its own waits for room, on a goroutine of its own, as
+		// the caller may be the worker that room waits for.
 		q.pending++
 		q.countOrphans()
 		q.mu.Unlock()
-		if err = q.l.ex.layerSubmit(q.step, submitWait); err == nil {
-			return
-		}
+		go q.submitWaiting()
+	default:
+		q.dropWorst()
+	}
+}
+
+// submitWaiting submits a step for an orphan, waiting for room even on a
+// pool built WithNonBlocking; pending counts it already.
+func (q *Priority) submitWaiting() {
+	if err := q.l.ex.layerSubmit(q.step, submitWait); err != nil {
 		q.mu.Lock()
 		q.pending--
-		q.countOrphans()
+		q.settle(err)
 	}
-	q.mu.Unlock() // none left without a step, or dropped as the pool stopped
 }
 
 // dropWorst drops the task that would have started last: the pool has

@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"sync"
-	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -301,20 +301,27 @@ func TestPriorityRefusedSubmissionsLeaveNoOrphan(t *testing.T) {
 	}
 }
 
+// holdingFirstRefusal returns a pool of n workers with a non-blocking
+// queue of one, whose Drop hook holds the first refused submission: it
+// closes refused, then waits until resume is closed.
+func holdingFirstRefusal(n int, opts ...crew.Option) (p *crew.Pool, refused, resume chan struct{}) {
+	refused, resume = make(chan struct{}), make(chan struct{})
+	var drops atomic.Int32
+	hold := crew.WithHooks(crew.Hooks{Drop: func(crew.TaskEvent) {
+		if drops.Add(1) == 1 {
+			close(refused)
+			<-resume
+		}
+	}})
+	opts = append(opts, crew.WithQueueSize(1), crew.WithNonBlocking(), hold)
+	return crew.New(n, opts...), refused, resume
+}
+
 // The step that a refused submission counts on to adopt its orphan runs a
 // task that calls runtime.Goexit: the step still adopts it on the way out.
 func TestPriorityGoexitStillAdoptsTheOrphan(t *testing.T) {
 	leak.Check(t)
-	refused, refusedGo := make(chan struct{}), make(chan struct{})
-	var drops atomic.Int32
-	p := crew.New(1, crew.WithQueueSize(1), crew.WithNonBlocking(), crew.WithHooks(crew.Hooks{
-		Drop: func(crew.TaskEvent) {
-			if drops.Add(1) == 1 {
-				close(refused)
-				<-refusedGo
-			}
-		},
-	}))
+	p, refused, refusedGo := holdingFirstRefusal(1)
 	defer p.Stop()
 	q := crew.NewPriority(p, crew.WithAging(0))
 	release := gate(t, p)
@@ -342,5 +349,49 @@ func TestPriorityGoexitStillAdoptsTheOrphan(t *testing.T) {
 	within(t, schedDeadline, "Priority.Wait", q.Wait)
 	if !lowRan.Load() {
 		t.Fatal("the low task never ran")
+	}
+}
+
+// A task that submits to a Priority on a full non-blocking pool, and finds
+// its refused submission's task taken by another step, leaves the orphan
+// to a step that waits for room on a goroutine of its own: it does not
+// wait on its worker, the only one, for room that only it could free.
+func TestPrioritySettleInsideATaskDoesNotWait(t *testing.T) {
+	leak.Check(t)
+	p, refused, refusedGo := holdingFirstRefusal(2, crew.WithIdleTimeout(time.Millisecond))
+	defer p.Stop()
+	q := crew.NewPriority(p, crew.WithAging(0))
+	taskStarted, taskGo := make(chan struct{}), make(chan struct{})
+	goErr := make(chan error, 1)
+	highRan := make(chan struct{})
+	p.Go(func() { // a plain task that submits to q
+		close(taskStarted)
+		<-taskGo
+		goErr <- q.Go(10, func() { close(highRan) })
+	})
+	recvWithin(t, taskStarted, "the submitting task")
+	release := gate(t, p) // the other worker
+	var lowRan atomic.Bool
+	if err := q.Go(0, func() { lowRan.Store(true) }); err != nil { // its step fills the queue
+		t.Fatal(err)
+	}
+	close(taskGo)
+	recvWithin(t, refused, "the task's submission to be refused")
+	release()
+	recvWithin(t, highRan, "the low task's step to run the high task")
+	if err := p.Resize(1); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the other worker to retire", func() bool { return p.Stats().Workers == 1 })
+	if err := p.Go(func() {}); err != nil { // fills the queue again
+		t.Fatal(err)
+	}
+	close(refusedGo)
+	if err := recvWithin(t, goErr, "the task's Priority.Go"); err != nil {
+		t.Fatalf("the task's Priority.Go = %v, want nil: its task ran", err)
+	}
+	within(t, schedDeadline, "Priority.Wait", q.Wait)
+	if !lowRan.Load() {
+		t.Fatal("the orphaned low task never ran")
 	}
 }
