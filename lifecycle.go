@@ -10,16 +10,18 @@ import (
 // The stop and shutdown sequences shared by Pool and the function pools.
 
 // stopEngine closes e, waits for its tasks, then for its workers to exit
-// and for exited (if not nil), and calls cancel. Called from inside one of e's tasks, which could never
-// finish while Stop waits, it returns after closing e: the queued tasks
-// still run, and a stop from outside the pool waits for them.
-func stopEngine[T any](e *engine.Engine[T], cancel context.CancelFunc, exited func()) {
+// and for exited (if not nil), calls cancel and reports true. Called from
+// inside one of e's tasks, which could never finish while Stop waits, it
+// returns false after closing e: the queued tasks still run, and a stop
+// from outside the pool waits for them.
+func stopEngine[T any](e *engine.Engine[T], cancel context.CancelFunc, exited func()) bool {
 	e.Close()
 	if e.Wait(nil) != nil {
-		return
+		return false
 	}
 	exit(e, exited)
 	cancel()
+	return true
 }
 
 func exit[T any](e *engine.Engine[T], exited func()) {

@@ -438,6 +438,28 @@ func TestLoggerWarnsWhenShutdownDrops(t *testing.T) {
 	}
 }
 
+// A Stop or Shutdown from inside a task only closes the pool: the summary
+// waits for the Stop that stops it, and counts every task.
+func TestLoggerSummaryWaitsForTheRealStop(t *testing.T) {
+	leak.Check(t)
+	var buf bytes.Buffer
+	var mu sync.Mutex
+	p := crew.New(1, crew.WithLogger(slog.New(slog.NewJSONHandler(&lockedWriter{w: &buf, mu: &mu}, nil))))
+	stopped := make(chan error, 1)
+	p.Go(func() { p.Stop(); stopped <- p.Shutdown(context.Background()) })
+	p.Go(func() {}) // queued: the closed pool still runs it
+	if err := recv(t, stopped, "the inner Stop and Shutdown"); !errors.Is(err, crew.ErrInsideTask) {
+		t.Fatalf("Shutdown from inside a task = %v, want ErrInsideTask", err)
+	}
+	p.Stop()
+	mu.Lock()
+	recs := logRecords(t, &buf)
+	mu.Unlock()
+	if len(recs) != 1 || recs[0]["completed"] != 2.0 || recs[0]["submitted"] != 2.0 {
+		t.Fatalf("records %v, want one summary of 2 tasks completed", recs)
+	}
+}
+
 func TestWithLoggerNilPanics(t *testing.T) {
 	leak.Check(t)
 	defer func() {

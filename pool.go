@@ -2,6 +2,7 @@ package crew
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -245,9 +246,8 @@ func (p *Pool) Stop() {
 	if p.obs != nil {
 		began = monotime()
 	}
-	stopEngine(p.e, p.giveUp, nil)
-	if p.obs != nil {
-		p.obs.stopped(began, 0)
+	if stopEngine(p.e, p.giveUp, nil) && p.obs != nil {
+		p.obs.stopped(began, 0) // once the pool has stopped, not from inside a task
 	}
 }
 
@@ -271,7 +271,7 @@ func (p *Pool) Shutdown(ctx context.Context) error {
 		began = monotime()
 	}
 	err := shutdownEngine(ctx, p.e, p.giveUp, p.dropListed, nil)
-	if p.obs != nil {
+	if p.obs != nil && !errors.Is(err, ErrInsideTask) {
 		p.obs.stopped(began, int(p.e.Stats().Dropped))
 	}
 	return err
