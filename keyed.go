@@ -195,7 +195,8 @@ func (k *Keyed[K]) Submit(key K, task func(ctx context.Context) error) *Task {
 
 // Wait blocks until every task queued on k has finished or been dropped.
 // Tasks queued while it waits count too. When it returns, every key that
-// has no bucket refilling has been deleted.
+// has no bucket refilling has been deleted, except one whose first Go is
+// still returning: that Go deletes it.
 //
 // Called from inside one of k's own tasks, which it would wait for
 // forever, Wait panics with an error wrapping ErrInsideTask, like
