@@ -19,6 +19,9 @@ import "time"
 // Submit. A Group, ResultGroup, Stream or Map runs its tasks inside steps
 // it submits with TrySubmit, so for those the hooks see the steps (one or
 // more group tasks each); time a group's own tasks with Latency.Track.
+// Keyed, Priority and RateLimited submit steps too. A step that the pool
+// refuses fires Drop, but the group's or layer's task is not lost: it
+// stays queued there for a later step, or its submitter gets the error.
 type Hooks struct {
 	// TaskStart is called on the worker just before a task runs. Wait is
 	// how long the task waited since it was submitted.

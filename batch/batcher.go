@@ -216,7 +216,8 @@ func (b *Batcher[T]) acceptLocked(item T, size int, dropped T, didDrop bool) {
 // all those batches were flushed, an error wrapping the first flush error
 // otherwise (the items are with the error handler by then), ctx.Err() if
 // ctx ends first (the flushes go on), and ErrClosed once Close has been
-// called.
+// called. Items that DropOldest discarded went to the error handler when
+// they were dropped; they are not flush errors.
 func (b *Batcher[T]) Flush(ctx context.Context) error {
 	b.mu.Lock()
 	if b.closed {
