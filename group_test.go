@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"os/exec"
 	"runtime"
 	"strings"
 	"sync"
@@ -602,22 +600,12 @@ func TestGroupZeroValues(t *testing.T) {
 // a child process.
 func TestGroupCrashOnPanic(t *testing.T) {
 	leak.Check(t)
-	if os.Getenv("CREW_GROUP_CRASH_CHILD") == "1" {
+	crashes(t, func() {
 		p := crew.New(2, crew.WithCrashOnPanic())
 		g := p.Group(context.Background())
 		started := make(chan struct{})
 		g.Go(func(ctx context.Context) error { close(started); panic("crash me") })
 		<-started
 		g.Wait()
-		fmt.Println("Wait returned")
-		os.Exit(0)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), groupDeadline)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestGroupCrashOnPanic$", "-test.count=1")
-	cmd.Env = append(os.Environ(), "CREW_GROUP_CRASH_CHILD=1")
-	out, err := cmd.CombinedOutput()
-	if err == nil || !strings.Contains(string(out), "panic: crash me") || strings.Contains(string(out), "Wait returned") {
-		t.Fatalf("child: err %v, output:\n%s", err, out)
-	}
+	})
 }

@@ -10,6 +10,7 @@ import (
 	"runtime/debug"
 	"slices"
 	"sync"
+	"sync/atomic"
 )
 
 // This file holds the machinery shared by Group, ResultGroup, Stream and the
@@ -178,6 +179,9 @@ type core[I any] struct {
 	limit  int    // cfg.limit, or no limit
 	step   func() // c.runStep, made once
 	crash  bool   // the pool crashes on panics: do not recover
+	// crashing is set by a task whose panic is about to crash the program,
+	// so that no deferred cleanup on its way out waits for it (see feed).
+	crashing atomic.Bool
 
 	// exec runs task it, number seq, with the task's context.
 	exec func(ctx context.Context, seq int, it I) error
@@ -413,6 +417,7 @@ func (c *core[I]) runItem(e entry[I]) (again bool) {
 				// WithCrashOnPanic: crash now, before any accounting lets
 				// Wait return. The stack printed still shows the task's
 				// frames, below this deferred call.
+				c.crashing.Store(true)
 				panic(v)
 			}
 			err = &PanicError{Value: v, Stack: debug.Stack()}
@@ -542,6 +547,16 @@ func (c *core[I]) wait() error {
 	if c.ctx == nil {
 		return errZeroGroup
 	}
+	pe, res := c.finish()
+	if pe != nil && c.cfg.repanic {
+		panic(pe)
+	}
+	return res
+}
+
+// finish is wait without the repanic: it waits for every task, closes the
+// group the first time, and returns the first panic and the outcome.
+func (c *core[I]) finish() (*PanicError, error) {
 	for {
 		c.await(0)
 		c.mu.Lock()
@@ -564,10 +579,7 @@ func (c *core[I]) wait() error {
 			c.unlink()
 		}
 	}
-	if pe != nil && c.cfg.repanic {
-		panic(pe)
-	}
-	return res
+	return pe, res
 }
 
 // outcome is Wait's error, computed once under mu.

@@ -1,6 +1,11 @@
 package crew_test
 
 import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
 	"testing"
 	"time"
 )
@@ -30,5 +35,30 @@ func within(t *testing.T, d time.Duration, what string, f func()) {
 	case <-done:
 	case <-time.After(d):
 		t.Fatalf("%s did not return within %v", what, d)
+	}
+}
+
+// crashes runs the calling test again in a child process, where it calls
+// child instead, and fails unless the child crashes with "panic: crash me"
+// within groupDeadline: for WithCrashOnPanic, whose panics must end the
+// program at once.
+func crashes(t *testing.T, child func()) {
+	t.Helper()
+	const env = "CREW_CRASH_CHILD"
+	if os.Getenv(env) == t.Name() {
+		child()
+		fmt.Println("the child did not crash")
+		os.Exit(0)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), groupDeadline)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^"+t.Name()+"$", "-test.count=1")
+	cmd.Env = append(os.Environ(), env+"="+t.Name())
+	out, err := cmd.CombinedOutput()
+	switch {
+	case ctx.Err() != nil:
+		t.Fatalf("the child hung instead of crashing; output:\n%s", out)
+	case err == nil || !strings.Contains(string(out), "panic: crash me") || strings.Contains(string(out), "did not crash"):
+		t.Fatalf("child: err %v, output:\n%s", err, out)
 	}
 }

@@ -469,9 +469,15 @@ func (kq *keyQueue[K]) exec(e layerEntry) (inline bool) {
 	finished := false
 	defer func() {
 		if !finished {
-			// runtime.Goexit (or a panic that crashes the program): pass
-			// the key on, running its next tasks here as the step would
-			// (Stop has closed the pool), then let it unwind to the worker.
+			if v := recover(); v != nil {
+				// Only a pool that crashes on panics lets one get here
+				// (runEntry recovers the others): crash now, running
+				// nothing more. The stack printed still shows the task.
+				panic(v)
+			}
+			// runtime.Goexit: pass the key on, running its next tasks here
+			// as the step would (Stop has closed the pool), then let it
+			// unwind to the worker.
 			inline := kq.after()
 			l.done(1)
 			if inline {

@@ -458,3 +458,22 @@ func TestKeyedOnRateLimited(t *testing.T) {
 		t.Fatalf("30 starts in %v: faster than the rate", d)
 	}
 }
+
+// With WithCrashOnPanic, a keyed task's panic crashes the program at once,
+// without running the key's next task first (the pool's queue is full, so
+// the step would otherwise go on inline).
+func TestKeyedCrashOnPanicRunsNothingMore(t *testing.T) {
+	leak.Check(t)
+	crashes(t, func() {
+		p := crew.New(1, crew.WithQueueSize(1), crew.WithCrashOnPanic())
+		k := crew.NewKeyed[string](p)
+		started, panicNow := make(chan struct{}), make(chan struct{})
+		k.Go("a", func() { close(started); <-panicNow; panic("crash me") })
+		<-started
+		never := make(chan struct{})
+		k.Go("a", func() { fmt.Println("the next task ran"); <-never })
+		p.Go(func() {}) // fills the queue
+		close(panicNow)
+		<-never
+	})
+}

@@ -117,7 +117,9 @@ func ForEachSeq[T any](ctx context.Context, p *Pool, seq iter.Seq[T], fn func(co
 // pulled and unfinished: it waits for room before it pulls the next. Should
 // seq panic or call runtime.Goexit, feed cancels the group and waits for
 // the calls already started before the unwind goes on, so that none runs
-// after its caller has returned.
+// after its caller has returned; that panic, not one of the calls', goes
+// on. (A call that feed ran itself and that crashes the program is not
+// waited for: it never finishes.)
 func feed[T any](c *core[T], seq iter.Seq[T]) {
 	if seq == nil {
 		c.fail(ErrNilTask)
@@ -129,9 +131,9 @@ func feed[T any](c *core[T], seq iter.Seq[T]) {
 	}
 	returned := false
 	defer func() {
-		if !returned {
+		if !returned && !c.crashing.Load() {
 			c.cancel(context.Canceled)
-			c.wait()
+			c.finish()
 		}
 	}()
 	for v := range seq {

@@ -6,6 +6,7 @@ import (
 	"iter"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -259,4 +260,19 @@ func TestSeqIteratorFailureWaitsForTheCalls(t *testing.T) {
 		close(release)
 		p.Stop()
 	}
+}
+
+// With WithCrashOnPanic, a call that ForEachSeq's caller runs itself (the
+// only worker is busy) and that panics crashes the program: the cleanup for
+// a failing iterator must not wait for it.
+func TestForEachSeqCrashOnPanicInTheCaller(t *testing.T) {
+	leak.Check(t)
+	crashes(t, func() {
+		p := crew.New(1, crew.WithCrashOnPanic())
+		release := gate(t, p)
+		defer release()
+		crew.ForEachSeq(context.Background(), p, slices.Values([]int{1}), func(context.Context, int) error {
+			panic("crash me")
+		})
+	})
 }

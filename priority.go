@@ -315,6 +315,9 @@ func (q *Priority) countOrphans() {
 func (q *Priority) exec(e layerEntry) {
 	returned := false
 	defer func() {
+		if v := recover(); v != nil {
+			panic(v) // a crashing pool's (see Keyed's exec): crash now
+		}
 		q.l.done(1)
 		if !returned && q.orphans.Load() > 0 {
 			// runtime.Goexit: the step unwinds past runFrom, whose adopting a
