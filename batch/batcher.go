@@ -46,11 +46,12 @@ type Batcher[T any] struct {
 	free     [][]T          // emptied batch slices for reuse, at most maxFree
 	inflight []uint64       // sequence numbers of the batches being flushed
 	flushing int            // flusher goroutines started and not finished
+	handing  int            // DropOldest hand-overs under way (Close waits for them)
 	pending  int            // items accepted and not finished
 	space    chan struct{}  // closed when pending drops; made by the first waiter
 	waiters  []*flushWaiter // Flush calls waiting for their batches
 	closed   bool
-	drained  chan struct{} // made by Close, closed when the last flusher ends
+	drained  chan struct{} // made by Close, closed when the last flusher and hand-over end
 	closeErr error         // first failure of a batch finished after Close began
 	stats    Stats
 }
@@ -203,9 +204,16 @@ func (b *Batcher[T]) TryAdd(item T) bool {
 // DropOldest made room by dropping, and starts a flush if a batch was sealed.
 func (b *Batcher[T]) acceptLocked(item T, size int, dropped T, didDrop bool) {
 	start := b.appendLocked(item, size)
+	if didDrop {
+		b.handing++
+	}
 	b.mu.Unlock()
 	if didDrop {
 		b.handOver([]T{dropped}, ErrDropped)
+		b.mu.Lock()
+		b.handing--
+		b.drainedLocked()
+		b.mu.Unlock()
 	}
 	b.dispatch(start)
 }
@@ -213,11 +221,14 @@ func (b *Batcher[T]) acceptLocked(item T, size int, dropped T, didDrop bool) {
 // Flush seals the open batch and waits until it and every batch sealed
 // before it are finished: flushed, or handed to the error handler. Items
 // added during the call may or may not be included. Flush returns nil if
-// all those batches were flushed, an error wrapping the first flush error
-// otherwise (the items are with the error handler by then), ctx.Err() if
-// ctx ends first (the flushes go on), and ErrClosed once Close has been
-// called. Items that DropOldest discarded went to the error handler when
-// they were dropped; they are not flush errors.
+// the batches that finished during the call were flushed, an error
+// wrapping the first flush error among them otherwise (the items are with
+// the error handler by then; a batch that had failed before the call was
+// reported to the handler, not here), ctx.Err() if ctx ends first (the
+// flushes go on), and ErrClosed once Close has been called. Items that
+// DropOldest discarded went to the error handler when they were dropped;
+// they are not flush errors. With WithPool, sealing may first wait for
+// room in the pool's queue, whatever ctx (see WithPool).
 func (b *Batcher[T]) Flush(ctx context.Context) error {
 	b.mu.Lock()
 	if b.closed {
@@ -269,7 +280,9 @@ func (b *Batcher[T]) Flush(ctx context.Context) error {
 // flushes (which then skip their remaining retries and go to the error
 // handler), hands the batches not yet started to the error handler with an
 // error wrapping ErrClosed and ctx.Err(), and returns ctx.Err() without
-// waiting for the running flush calls to return.
+// waiting for the running flush calls to return. (With WithPool, the seal
+// of the last batch may first wait for room in the pool's queue, whatever
+// ctx: see WithPool.)
 func (b *Batcher[T]) Close(ctx context.Context) error {
 	b.mu.Lock()
 	if b.closed {
@@ -288,9 +301,7 @@ func (b *Batcher[T]) Close(ctx context.Context) error {
 		b.space = nil
 	}
 	b.drained = make(chan struct{})
-	if b.flushing == 0 {
-		close(b.drained)
-	}
+	b.drainedLocked()
 	drained := b.drained
 	b.mu.Unlock()
 	b.dispatch(start)

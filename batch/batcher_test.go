@@ -8,6 +8,7 @@ import (
 	"log"
 	"math"
 	"os"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -774,5 +775,102 @@ func TestDefaultMaxPending(t *testing.T) {
 	}
 	if got := defaultMaxPending(math.MaxInt/2, 3); got != math.MaxInt {
 		t.Errorf("defaultMaxPending overflowed to %d", got)
+	}
+}
+
+// A flush function that calls runtime.Goexit (t.FailNow in a test's flush)
+// ends its flusher, not the Batcher: the batch goes to the error handler
+// with crew.ErrGoexit, Flush reports it, and later batches flush.
+func TestGoexitInFlush(t *testing.T) {
+	leak.Check(t)
+	h, handedCh := handler[int]()
+	rec := newRecorder[int]()
+	var calls atomic.Int32
+	b := New(func(ctx context.Context, items []int) error {
+		if calls.Add(1) == 1 {
+			runtime.Goexit()
+		}
+		return rec.flush(ctx, items)
+	}, WithErrorHandler(h), WithMaxWait(time.Hour))
+	ctx := context.Background()
+	b.Add(ctx, 1)
+	if err := b.Flush(ctx); !errors.Is(err, crew.ErrGoexit) {
+		t.Fatalf("Flush = %v, want an error wrapping crew.ErrGoexit", err)
+	}
+	if got := receive(t, handedCh); !slices.Equal(got.items, []int{1}) || !errors.Is(got.err, crew.ErrGoexit) {
+		t.Fatalf("handed %v with %v, want [1] with crew.ErrGoexit", got.items, got.err)
+	}
+	b.Add(ctx, 2)
+	if err := b.Close(ctx); err != nil {
+		t.Fatalf("Close = %v", err)
+	}
+	if got := rec.next(t); !slices.Equal(got, []int{2}) {
+		t.Fatalf("flushed %v after the Goexit, want [2]", got)
+	}
+}
+
+// Close waits for the error handler's calls with the items DropOldest
+// dropped, as for those of failed flushes.
+func TestCloseWaitsForDropHandOvers(t *testing.T) {
+	leak.Check(t)
+	inHandler, release := make(chan struct{}), make(chan struct{})
+	h := func(_ context.Context, items []int, err error) {
+		if errors.Is(err, ErrDropped) {
+			close(inHandler)
+			<-release
+		}
+	}
+	flushed := make(chan []int, 1)
+	b := New(func(_ context.Context, items []int) error { flushed <- slices.Clone(items); return nil },
+		WithMaxItems(10), WithMaxWait(time.Hour), WithMaxPending(1, DropOldest), WithErrorHandler(h))
+	ctx := context.Background()
+	b.Add(ctx, 1)
+	added := make(chan error, 1)
+	go func() { added <- b.Add(ctx, 2) }() // drops 1 and hands it over
+	receive(t, inHandler)
+	closed := make(chan error, 1)
+	go func() { closed <- b.Close(ctx) }()
+	if got := receive(t, flushed); !slices.Equal(got, []int{2}) {
+		t.Fatalf("Close flushed %v, want [2]", got)
+	}
+	// Everything but the hand-over is done: Close must still wait for it.
+	select {
+	case err := <-closed:
+		close(release)
+		t.Fatalf("Close returned (%v) while the error handler still had the dropped item", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(release)
+	if err := receive(t, closed); err != nil {
+		t.Fatalf("Close = %v", err)
+	}
+	receive(t, added)
+}
+
+// A flush call counts once in Stats.Latency, also when Close gives up while
+// the flush waits to retry it.
+func TestLatencyCountsACallOnceWhenCloseGivesUp(t *testing.T) {
+	leak.Check(t)
+	called := make(chan struct{}, 10)
+	h, handedCh := handler[int]()
+	b := New(func(context.Context, []int) error { called <- struct{}{}; return errBoom },
+		WithRetry(5, time.Hour, time.Hour), WithErrorHandler(h), WithMaxItems(1))
+	b.Add(context.Background(), 1) // sealed and flushed at once
+	receive(t, called)             // the flusher now waits an hour to retry
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancel()
+	if err := b.Close(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Close = %v, want the deadline", err)
+	}
+	receive(t, handedCh)
+	deadline := time.Now().Add(waitFor)
+	for b.Stats().Pending != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the batch never finished: %+v", b.Stats())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if s := b.Stats(); s.Latency.Count != 1 || s.Retries != 0 {
+		t.Fatalf("one flush call: Latency.Count %d, Retries %d", s.Latency.Count, s.Retries)
 	}
 }

@@ -19,9 +19,10 @@ type flushWaiter struct {
 
 // outcome is what happened to one batch.
 type outcome struct {
-	err      error         // nil if flushed
-	attempts int           // flush calls made
-	latency  time.Duration // duration of the last call
+	err        error         // nil if flushed
+	attempts   int           // flush calls made
+	latency    time.Duration // duration of the last call
+	handedOver bool          // flushed, or given to the error handler
 }
 
 // startLocked reports whether a flusher should be started, and counts it
@@ -49,11 +50,35 @@ func (b *Batcher[T]) dispatch(start bool) {
 // drain is a flusher: it flushes queued batches until there is none left.
 // Taking a batch, it starts another flusher if more batches wait; if the
 // pool cannot take that one at once, this flusher gets through the backlog
-// alone.
+// alone. Should the flush function or the error handler call
+// runtime.Goexit (t.FailNow in a test), the batch fails with crew.ErrGoexit
+// and another flusher takes the rest, so that nothing waits for ever.
 func (b *Batcher[T]) drain() {
+	var (
+		s        sealed[T] // the batch being delivered
+		o        outcome
+		returned bool
+	)
+	defer func() {
+		if returned {
+			return
+		}
+		if !o.handedOver {
+			o.err = crew.ErrGoexit
+			b.handOver(s.items, o.err)
+		}
+		clear(s.items)
+		b.mu.Lock()
+		b.finishLocked(s, o)
+		b.flushing--
+		start := b.startLocked()
+		b.drainedLocked()
+		b.mu.Unlock()
+		b.dispatch(start)
+	}()
 	b.mu.Lock()
 	for b.head < len(b.ready) {
-		s := b.ready[b.head]
+		s = b.ready[b.head]
 		b.ready[b.head] = sealed[T]{}
 		b.head++
 		if b.head == len(b.ready) {
@@ -67,24 +92,36 @@ func (b *Batcher[T]) drain() {
 			b.flushing--
 			b.mu.Unlock()
 		}
-		o := b.deliver(s.items)
+		o = outcome{}
+		b.deliver(s.items, &o)
 		clear(s.items)
 		b.mu.Lock()
 		b.finishLocked(s, o)
 	}
 	b.flushing--
-	if b.flushing == 0 && b.drained != nil {
-		close(b.drained)
-	}
+	b.drainedLocked()
 	b.mu.Unlock()
+	returned = true
+}
+
+// drainedLocked closes drained, once Close has made it, when no flusher and
+// no hand-over is under way.
+func (b *Batcher[T]) drainedLocked() {
+	if b.flushing == 0 && b.handing == 0 && b.drained != nil {
+		select {
+		case <-b.drained:
+		default:
+			close(b.drained)
+		}
+	}
 }
 
 // deliver flushes items, retrying as the policy says, and hands them to
 // the error handler if the last attempt fails.
-func (b *Batcher[T]) deliver(items []T) outcome {
-	var o outcome
+func (b *Batcher[T]) deliver(items []T, o *outcome) {
 	if len(items) == 0 { // every item was dropped
-		return o
+		o.handedOver = true
+		return
 	}
 	for {
 		o.attempts++
@@ -92,22 +129,20 @@ func (b *Batcher[T]) deliver(items []T) outcome {
 		err := b.call(items)
 		o.latency = time.Since(start)
 		if err == nil {
-			return o
+			o.handedOver = true // nothing to hand over
+			return
 		}
-		if o.attempts >= b.retry.attempts || b.flushCtx.Err() != nil {
+		if o.attempts >= b.retry.attempts || b.flushCtx.Err() != nil ||
+			!b.retry.wait(b.flushCtx, o.attempts) {
 			o.err = err
-			break
+			break // finishLocked records this attempt's latency
 		}
 		b.mu.Lock()
-		b.stats.Latency.observe(o.latency)
+		b.stats.Latency.observe(o.latency) // an attempt before the last
 		b.mu.Unlock()
-		if !b.retry.wait(b.flushCtx, o.attempts) {
-			o.err = err
-			break
-		}
 	}
+	o.handedOver = true // if the handler calls Goexit, it has the items
 	b.handOver(items, o.err)
-	return o
 }
 
 // call calls the flush function once, turning a panic into a

@@ -143,7 +143,10 @@ func WithMaxConcurrentFlushes(n int) Option {
 // the timer), which waits if p's queue is bounded and full, and runs the
 // flusher itself if p was stopped. Further flushers, for a backlog, are
 // submitted with p.TrySubmit and skipped if p has no room. p must not be
-// nil.
+// nil. Close the Batcher before p's Shutdown: should Shutdown's deadline
+// drop a flusher queued on p, the Batcher still counts it, and Flush or
+// Close without a deadline would wait for it for ever (a known bug; see
+// RELIABILITY.md).
 func WithPool(p *crew.Pool) Option {
 	return func(s *settings) {
 		if p == nil {
