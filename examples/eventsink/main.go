@@ -3,7 +3,8 @@
 // It starts a collector on a loopback port, then producers that record
 // events through a batch.Batcher: each flush POSTs one JSON array of events,
 // up to four at a time. The collector turns every seventh request away with
-// 503 Service Unavailable, and the batcher retries. When the producers are
+// 503 Service Unavailable (a batch at most once, so that the retries always
+// get through), and the batcher retries. When the producers are
 // done, the program closes the batcher, checks that the collector received
 // every event exactly once, prints a summary and exits.
 package main
@@ -50,7 +51,7 @@ func run(out io.Writer, events, producers int) error {
 	if err != nil {
 		return err
 	}
-	col := &collector{seen: make(map[int]int)}
+	col := &collector{seen: make(map[int]int), turned: make(map[int]bool)}
 	srv := &http.Server{Handler: col, ReadHeaderTimeout: 5 * time.Second}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
@@ -143,7 +144,8 @@ type collector struct {
 	mu       sync.Mutex
 	requests int
 	refused  int
-	seen     map[int]int // times each event ID was received
+	seen     map[int]int  // times each event ID was received
+	turned   map[int]bool // first event IDs of the batches turned away
 }
 
 func (c *collector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -151,27 +153,23 @@ func (c *collector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "POST only", http.StatusMethodNotAllowed)
 		return
 	}
-	c.mu.Lock()
-	c.requests++
-	refuse := c.requests%7 == 0
-	if refuse {
-		c.refused++
+	var evs []Event
+	if err := json.NewDecoder(r.Body).Decode(&evs); err != nil || len(evs) == 0 {
+		http.Error(w, fmt.Sprintf("want a non-empty JSON array of events: %v", err), http.StatusBadRequest)
+		return
 	}
-	c.mu.Unlock()
-	if refuse {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.requests++
+	if c.requests%7 == 0 && !c.turned[evs[0].ID] {
+		c.turned[evs[0].ID] = true
+		c.refused++
 		http.Error(w, "busy, try again", http.StatusServiceUnavailable)
 		return
 	}
-	var evs []Event
-	if err := json.NewDecoder(r.Body).Decode(&evs); err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
-	}
-	c.mu.Lock()
 	for _, ev := range evs {
 		c.seen[ev.ID]++
 	}
-	c.mu.Unlock()
 	w.WriteHeader(http.StatusNoContent)
 }
 
