@@ -33,18 +33,19 @@ type Pool struct {
 	mu     sync.Mutex
 	queued taskList // Submit tasks accepted and not started
 
+	name string    // WithName
+	obs  *observer // nil unless WithHooks, WithLatency or WithLogger (observe.go)
+	slow bool      // nonBlocking || obs != nil: push goes through pushSlow
+
 	// gaveUp is set once the pool will run nothing more: Shutdown's
 	// deadline has passed, or Stop or Shutdown is returning. The layers
 	// (layer.go) then drop what they hold. The pool's context cannot tell
 	// them, as WithContext's parent may cancel it while the pool runs on;
 	// ended (made by the first layer, guarded by mu) is cancelled with it.
+	// (Kept after the fields Go reads.)
 	gaveUp    atomic.Bool
 	ended     context.Context
 	endedStop context.CancelFunc
-
-	name string    // WithName
-	obs  *observer // nil unless WithHooks, WithLatency or WithLogger (observe.go)
-	slow bool      // nonBlocking || obs != nil: push goes through pushSlow
 }
 
 // New returns a pool that runs at most maxWorkers tasks at a time.
