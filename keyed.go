@@ -469,11 +469,15 @@ func (kq *keyQueue[K]) exec(e layerEntry) (inline bool) {
 	finished := false
 	defer func() {
 		if !finished {
-			if v := recover(); v != nil {
-				// Only a pool that crashes on panics lets one get here
-				// (runEntry recovers the others): crash now, running
-				// nothing more. The stack printed still shows the task.
-				panic(v)
+			if l.p.crashes() {
+				if v := recover(); v != nil {
+					// WithCrashOnPanic: crash now, running nothing more.
+					// The stack printed still shows the task. (On other
+					// pools runEntry recovers the task's panic; one from
+					// a panicking panic handler passes the key on below,
+					// then goes on to the worker.)
+					panic(v)
+				}
 			}
 			// runtime.Goexit: pass the key on, running its next tasks here
 			// as the step would (Stop has closed the pool), then let it

@@ -477,3 +477,30 @@ func TestKeyedCrashOnPanicRunsNothingMore(t *testing.T) {
 		<-never
 	})
 }
+
+// On a pool that does not crash, a panic handler that panics in turn does
+// not strand a layer: the key's next task runs, and both Waits return.
+func TestLayersSurviveAPanickingPanicHandler(t *testing.T) {
+	leak.Check(t)
+	var handled atomic.Int64
+	p := crew.New(2, crew.WithPanicHandler(func(pe *crew.PanicError) {
+		// It panics on a task's panic, and takes its own quietly when
+		// the worker hands it over in turn.
+		if handled.Add(1)%2 == 1 {
+			panic(pe)
+		}
+	}))
+	defer p.Stop()
+	k := crew.NewKeyed[string](p)
+	ran := make(chan struct{})
+	k.Go("a", func() { panic("task") })
+	k.Go("a", func() { close(ran) })
+	recvWithin(t, ran, "the key's next task")
+	within(t, schedDeadline, "Keyed.Wait", k.Wait)
+	q := crew.NewPriority(p)
+	q.Go(0, func() { panic("task") })
+	within(t, schedDeadline, "Priority.Wait", q.Wait)
+	if n := handled.Load(); n < 3 { // the third call panicked inside Priority's step
+		t.Fatalf("the panic handler ran %d times, want at least 3", n)
+	}
+}

@@ -315,8 +315,10 @@ func (q *Priority) countOrphans() {
 func (q *Priority) exec(e layerEntry) {
 	returned := false
 	defer func() {
-		if v := recover(); v != nil {
-			panic(v) // a crashing pool's (see Keyed's exec): crash now
+		if q.l.p.crashes() {
+			if v := recover(); v != nil {
+				panic(v) // WithCrashOnPanic: crash now (see Keyed's exec)
+			}
 		}
 		q.l.done(1)
 		if !returned && q.orphans.Load() > 0 {

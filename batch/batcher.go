@@ -208,14 +208,16 @@ func (b *Batcher[T]) acceptLocked(item T, size int, dropped T, didDrop bool) {
 		b.handing++
 	}
 	b.mu.Unlock()
+	defer b.dispatch(start)
 	if didDrop {
+		defer func() {
+			b.mu.Lock()
+			b.handing--
+			b.drainedLocked()
+			b.mu.Unlock()
+		}()
 		b.handOver([]T{dropped}, ErrDropped)
-		b.mu.Lock()
-		b.handing--
-		b.drainedLocked()
-		b.mu.Unlock()
 	}
-	b.dispatch(start)
 }
 
 // Flush seals the open batch and waits until it and every batch sealed

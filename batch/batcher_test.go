@@ -874,3 +874,52 @@ func TestLatencyCountsACallOnceWhenCloseGivesUp(t *testing.T) {
 		t.Fatalf("one flush call: Latency.Count %d, Retries %d", s.Latency.Count, s.Retries)
 	}
 }
+
+// A Goexit in the error handler (t.FailNow in a test) leaves nothing
+// counted: neither a DropOldest hand-over, which a Close deferred on the
+// same goroutine then does not wait for, nor the batch of a flush that
+// called Goexit itself.
+func TestGoexitInTheErrorHandler(t *testing.T) {
+	leak.Check(t)
+	t.Run("drop hand-over", func(t *testing.T) {
+		h := func(_ context.Context, _ []int, err error) {
+			if errors.Is(err, ErrDropped) {
+				runtime.Goexit()
+			}
+		}
+		flushed := make(chan []int, 10)
+		b := New(func(_ context.Context, items []int) error { flushed <- slices.Clone(items); return nil },
+			WithMaxItems(10), WithMaxWait(time.Hour), WithMaxPending(1, DropOldest), WithErrorHandler(h))
+		closed := make(chan error, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+			defer cancel()
+			defer func() { closed <- b.Close(ctx) }()
+			b.Add(context.Background(), 1)
+			b.Add(context.Background(), 2) // drops 1: the handler calls Goexit
+		}()
+		if err := receive(t, closed); err != nil {
+			t.Fatalf("Close = %v, want nil", err)
+		}
+		if got := receive(t, flushed); !slices.Equal(got, []int{2}) {
+			t.Fatalf("flushed %v, want [2]", got)
+		}
+	})
+	t.Run("flush and handler", func(t *testing.T) {
+		handled := make(chan error, 10)
+		h := func(_ context.Context, _ []int, err error) { handled <- err; runtime.Goexit() }
+		b := New(func(context.Context, []int) error { runtime.Goexit(); return nil },
+			WithErrorHandler(h), WithMaxWait(time.Hour))
+		ctx := context.Background()
+		b.Add(ctx, 1)
+		if err := b.Flush(ctx); !errors.Is(err, crew.ErrGoexit) {
+			t.Fatalf("Flush = %v, want an error wrapping crew.ErrGoexit", err)
+		}
+		if got := receive(t, handled); !errors.Is(got, crew.ErrGoexit) {
+			t.Fatalf("handed with %v, want crew.ErrGoexit", got)
+		}
+		if err := b.Close(ctx); err != nil {
+			t.Fatalf("Close = %v", err)
+		}
+	})
+}

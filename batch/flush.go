@@ -63,18 +63,21 @@ func (b *Batcher[T]) drain() {
 		if returned {
 			return
 		}
+		defer func() { // also if the handler calls Goexit again
+			clear(s.items)
+			b.mu.Lock()
+			b.finishLocked(s, o)
+			b.flushing--
+			start := b.startLocked()
+			b.drainedLocked()
+			b.mu.Unlock()
+			b.dispatch(start)
+		}()
 		if !o.handedOver {
 			o.err = crew.ErrGoexit
+			o.handedOver = true
 			b.handOver(s.items, o.err)
 		}
-		clear(s.items)
-		b.mu.Lock()
-		b.finishLocked(s, o)
-		b.flushing--
-		start := b.startLocked()
-		b.drainedLocked()
-		b.mu.Unlock()
-		b.dispatch(start)
 	}()
 	b.mu.Lock()
 	for b.head < len(b.ready) {
