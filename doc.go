@@ -3,7 +3,7 @@
 //
 //	p := crew.New(64)          // at most 64 tasks run at once
 //	defer p.Stop()             // refuse new work, run what is queued, wait
-//	p.Go(func() { ... })       // fire and forget: no allocation
+//	p.Go(func() { ... })       // fire and forget: Go itself allocates nothing
 //	t := p.Submit(func(ctx context.Context) error { ... })
 //	err := t.Wait()            // the task's error, or a *PanicError
 //
@@ -12,8 +12,9 @@
 // Go, TrySubmit and SubmitCtx take a func(); Submit takes a
 // func(context.Context) error and returns a Task to wait on. The queue is
 // unbounded unless WithQueueSize bounds it; then Go and Submit wait for
-// room, TrySubmit never waits, SubmitCtx waits until its context ends, and
-// WithNonBlocking makes them all fail fast with ErrQueueFull.
+// room, TrySubmit never waits (it reports false), SubmitCtx waits until its
+// context ends, and WithNonBlocking makes Go and Submit fail fast with
+// ErrQueueFull (SubmitCtx still waits).
 //
 // # Stopping
 //
@@ -30,7 +31,8 @@
 // task wait for room like any caller, unless every worker is a task doing
 // the same; then they fail with ErrQueueFull. The Wait of a Keyed, Priority
 // or RateLimited likewise panics with ErrInsideTask when called from inside
-// one of that layer's own tasks; any other task may wait for a layer.
+// one of that layer's own tasks (a RateLimited's include the steps of the
+// layers built on it); any other task may wait for a layer.
 //
 // # Panics
 //
@@ -60,9 +62,9 @@
 //
 // # Costs
 //
-// Go allocates nothing and costs tens of nanoseconds per task (36-74 ns
-// on two cores in the dispatch benchmark, whether the pool allows 2 or
-// 200,000 workers; more when a small pool is saturated): workers pull tasks from
+// Go allocates nothing and costs tens of nanoseconds per task (27-42 ns
+// on two cores in the dispatch benchmark, up to 74 in a slow hour of the
+// shared VM, whether the pool allows 2 or 200,000 workers): workers pull tasks from
 // sharded queues instead of being handed each one, and a new worker is woken
 // only when none is already looking for work, so tiny tasks run on a few
 // workers while blocking tasks grow the pool towards its limit. A queued Go

@@ -12,8 +12,9 @@ var (
 	ErrStopped = engine.ErrStopped
 
 	// ErrQueueFull is returned when a bounded queue has no room and the call
-	// may not wait: TrySubmit, or any submission to a pool built
-	// WithNonBlocking.
+	// may not wait: Go and Submit on a pool built WithNonBlocking, and a Go
+	// or Submit from inside a task when every worker waits for room.
+	// (TrySubmit reports false instead; SubmitCtx waits for its context.)
 	ErrQueueFull = engine.ErrFull
 
 	// ErrInsideTask is wrapped by the errors of calls that cannot work from
@@ -26,9 +27,10 @@ var (
 	// ErrNilTask is returned when the task function is nil.
 	ErrNilTask = errors.New("crew: nil task")
 
-	// ErrDropped completes a submitted Task that Shutdown removed from the
-	// queue before it started.
-	ErrDropped = errors.New("crew: task dropped by Shutdown")
+	// ErrDropped completes a submitted Task that never started because the
+	// pool stopped: Shutdown removed it from the queue, or it waited in a
+	// layer (a RateLimited's token, say) that the stopped pool let go.
+	ErrDropped = errors.New("crew: task dropped: the pool stopped before it started")
 
 	// ErrGoexit completes a Task whose function called runtime.Goexit.
 	ErrGoexit = errors.New("crew: task called runtime.Goexit")

@@ -163,7 +163,9 @@ func NewKeyed[K comparable](ex Executor, opts ...KeyedOption) *Keyed[K] {
 // pool and waits for room in a bounded pool queue like Pool.Go
 // (ErrQueueFull WithNonBlocking); when key is busy, it only appends to the
 // key's queue, which is unbounded. (While another Go is submitting the
-// step of the same key, Go waits for that to end.)
+// step of the same key, Go waits for that to end; from inside a task of
+// the same pool, while that Go waits for room in a full bounded queue, this
+// can wait for ever: a known bug, see RELIABILITY.md.)
 //
 // Go returns ErrStopped once the pool has begun to stop and ErrNilTask for
 // a nil task. A panic in task goes to the pool's panic handler and the

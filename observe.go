@@ -2,6 +2,7 @@ package crew
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"runtime/debug"
 	"runtime/pprof"
@@ -129,7 +130,7 @@ func (o *observer) push(ctx context.Context, fn func(), t *Task, mode pushMode) 
 	default:
 		err = p.pushPlain(f)
 	}
-	if err == ErrQueueFull || err == ErrStopped {
+	if errors.Is(err, ErrQueueFull) || err == ErrStopped {
 		o.refused(err)
 	}
 	return err

@@ -594,3 +594,25 @@ func TestHooksTaskStartPanicIsTheTasks(t *testing.T) {
 			ran.Load(), finished.Load(), s)
 	}
 }
+
+// A Go from inside a task that the full queue refuses, because every
+// worker is such a task, is a drop like any refusal: Drop sees it.
+func TestHooksReportRefusalsFromInsideATask(t *testing.T) {
+	leak.Check(t)
+	drops := make(chan error, 4)
+	p := crew.New(1, crew.WithQueueSize(1), crew.WithHooks(crew.Hooks{
+		Drop: func(e crew.TaskEvent) { drops <- e.Err },
+	}))
+	defer p.Stop()
+	refused := make(chan error, 1)
+	p.Go(func() {
+		p.Go(func() {})            // fills the queue
+		refused <- p.Go(func() {}) // the only worker is this task
+	})
+	if err := recv(t, refused, "the refused Go"); !errors.Is(err, crew.ErrQueueFull) {
+		t.Fatalf("Go from inside the only task on a full queue = %v, want ErrQueueFull", err)
+	}
+	if err := recv(t, drops, "the Drop hook"); !errors.Is(err, crew.ErrQueueFull) {
+		t.Fatalf("Drop got %v, want ErrQueueFull", err)
+	}
+}

@@ -55,8 +55,8 @@ func logPanic(p *PanicError) { log.Print(p.Error()) }
 // WithQueueSize bounds the number of tasks waiting for a worker to n. With
 // n == 0 a task is accepted only when a worker can take it: a direct
 // hand-off. Submissions that find the queue full wait for room (Go, Submit,
-// SubmitCtx) or fail with ErrQueueFull (TrySubmit, and all of them
-// WithNonBlocking). By default the queue is unbounded.
+// SubmitCtx), fail with ErrQueueFull (Go and Submit WithNonBlocking), or
+// report false (TrySubmit). By default the queue is unbounded.
 func WithQueueSize(n int) Option {
 	return func(c *config) {
 		if n < 0 {

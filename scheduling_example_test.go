@@ -129,8 +129,11 @@ func ExamplePriority() {
 	defer p.Stop()
 	q := crew.NewPriority(p, crew.WithAging(time.Second))
 
-	release := make(chan struct{})
-	p.Go(func() { <-release }) // hold the only worker while tasks queue up
+	// Hold the only worker while tasks queue up. (Wait until it holds it:
+	// the pool's queue is sharded, so a later task might start first.)
+	started, release := make(chan struct{}), make(chan struct{})
+	p.Go(func() { close(started); <-release })
+	<-started
 
 	var order []string
 	for _, t := range []struct {

@@ -32,8 +32,8 @@ import (
 // cancels the stream (unless WithAllErrors) and comes back from Wait (or is
 // re-panicked there WithRepanic). Callbacks run up to the first task that
 // produced none, because it panicked or was skipped after the stream was
-// cancelled; no later callback runs, so consumers never see a gap in the
-// order. Tasks report their own errors through their callbacks.
+// cancelled, or up to a callback that panicked; no later callback runs,
+// even WithAllErrors, so consumers never see a gap in the order. Tasks report their own errors through their callbacks.
 //
 // A Stream must be made with NewStream and is safe for concurrent use.
 // Neither a task nor a callback may call Go on its own stream: a task holds

@@ -157,7 +157,9 @@ var errMustWait = errors.New("batch: must wait for room")
 // It waits only when the pending bound is reached with the Block policy
 // (or DropOldest with nothing to drop), until a flush finishes or ctx
 // ends, and then returns ctx.Err(). It returns ErrFull at the bound with
-// the Fail policy, and ErrClosed once Close has been called.
+// the Fail policy, and ErrClosed once Close has been called. With WithPool,
+// the Add that seals a batch may first wait for room in the pool's queue,
+// whatever ctx (see WithPool).
 func (b *Batcher[T]) Add(ctx context.Context, item T) error {
 	size := b.size(item)
 	b.mu.Lock()
@@ -182,9 +184,11 @@ func (b *Batcher[T]) Add(ctx context.Context, item T) error {
 	}
 }
 
-// TryAdd is Add without waiting: it reports whether item was accepted. It
-// returns false once Close has been called, and at the pending bound unless
-// the policy is DropOldest and an item could be dropped.
+// TryAdd is Add without waiting for room: it reports whether item was
+// accepted. It returns false once Close has been called, and at the pending
+// bound unless the policy is DropOldest and an item could be dropped. (With
+// WithPool, the TryAdd that seals a batch may still wait for room in the
+// pool's queue: see WithPool.)
 func (b *Batcher[T]) TryAdd(item T) bool {
 	size := b.size(item)
 	b.mu.Lock()
