@@ -78,7 +78,9 @@ func MapSeq[T, R any](ctx context.Context, p *Pool, seq iter.Seq[T], fn func(con
 // are processed: at most a window of values is pulled and not yet done,
 // the WithLimit limit if given, else the pool's worker limit when MapErrSeq
 // starts. While the window is full it runs calls itself. Once the group is
-// cancelled (by an error or ctx) it stops pulling. The results grow in
+// cancelled (by an error or ctx) it stops pulling, and if that left a
+// value unprocessed the error says why (the first error, or the
+// cancellation's cause: ctx's, or ErrStopped). The results grow in
 // chunks and are copied once into the returned slice.
 func MapErrSeq[T, R any](ctx context.Context, p *Pool, seq iter.Seq[T], fn func(context.Context, T) (R, error), opts ...GroupOption) ([]R, error) {
 	if fn == nil {
@@ -114,7 +116,9 @@ func ForEachSeq[T any](ctx context.Context, p *Pool, seq iter.Seq[T], fn func(co
 }
 
 // feed pushes the values of seq into c, keeping at most a window of them
-// pulled and unfinished: it waits for room before it pulls the next. Should
+// pulled and unfinished: it waits for room before it pulls the next. Once
+// the group is cancelled, the next value pulled is the last: it does not
+// run, and the group's outcome reports the cancellation's cause. Should
 // seq panic or call runtime.Goexit, feed cancels the group and waits for
 // the calls already started before the unwind goes on, so that none runs
 // after its caller has returned; that panic, not one of the calls', goes
@@ -137,13 +141,18 @@ func feed[T any](c *core[T], seq iter.Seq[T]) {
 		}
 	}()
 	for v := range seq {
-		if c.ctx.Err() != nil || c.push(v) != nil {
+		if c.ctx.Err() != nil {
+			// v, and whatever seq had left, never run: Wait reports why,
+			// as it does for queued tasks the cancellation skipped.
+			c.mu.Lock()
+			c.skipped++
+			c.mu.Unlock()
+			break
+		}
+		if c.push(v) != nil {
 			break
 		}
 		c.await(window - 1)
-		if c.ctx.Err() != nil {
-			break
-		}
 	}
 	returned = true
 }

@@ -276,3 +276,43 @@ func TestForEachSeqCrashOnPanicInTheCaller(t *testing.T) {
 		})
 	})
 }
+
+// A cancellation that stops MapErrSeq or ForEachSeq before the iterator's
+// end is reported: a short result never comes with a nil error.
+func TestSeqCancelledEarlyReportsWhy(t *testing.T) {
+	leak.Check(t)
+	p := crew.New(1)
+	defer p.Stop()
+	values := slices.Values([]int{0, 1, 2, 3, 4})
+	ctx, cancel := context.WithCancel(context.Background())
+	out, err := crew.MapErrSeq(ctx, p, values, func(_ context.Context, v int) (int, error) {
+		if v == 0 {
+			cancel() // while the first value is processed
+		}
+		return v, nil
+	}, crew.WithLimit(1))
+	if !errors.Is(err, context.Canceled) || len(out) == 5 {
+		t.Fatalf("MapErrSeq cancelled after its first value: %v, %v; want a short result and context.Canceled", out, err)
+	}
+	ctx, cancel = context.WithCancel(context.Background())
+	calls := 0
+	err = crew.ForEachSeq(ctx, p, values, func(_ context.Context, v int) error {
+		calls++
+		if v == 0 {
+			cancel()
+		}
+		return nil
+	}, crew.WithLimit(1))
+	if !errors.Is(err, context.Canceled) || calls == 5 {
+		t.Fatalf("ForEachSeq cancelled after its first value: %d calls, %v; want fewer and context.Canceled", calls, err)
+	}
+	// Cancelled once every value has run: nothing was cut short.
+	ctx, cancel = context.WithCancel(context.Background())
+	out, err = crew.MapErrSeq(ctx, p, slices.Values([]int{7}), func(_ context.Context, v int) (int, error) {
+		cancel()
+		return v, nil
+	})
+	if err != nil || !slices.Equal(out, []int{7}) {
+		t.Fatalf("MapErrSeq cancelled by its last call: %v, %v; want [7], nil", out, err)
+	}
+}
