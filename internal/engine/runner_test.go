@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"errors"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -171,5 +172,57 @@ func pushAndStop(t *testing.T, e *Engine[func()], n int, task func()) {
 	case <-exited:
 	case <-time.After(10 * time.Second):
 		t.Fatalf("Stop did not return: %+v", e.Stats())
+	}
+}
+
+// A task waiting for room in its own full engine gives up once every live
+// worker is such a task. A worker that retires because Resize shrank the
+// engine can make that so, and must tell the waiting task: here the other
+// worker, held in NewRunner, retires while the task waits.
+func TestRetiringWorkerWakesTasksWaitingForRoom(t *testing.T) {
+	leak.Check(t)
+	var starts atomic.Int32
+	holding, releaseB := make(chan struct{}), make(chan struct{})
+	e := New(Config[func()]{
+		MaxWorkers:  2,
+		QueueSize:   1,
+		IdleTimeout: time.Second,
+		NewRunner: func() (func(func()), func()) {
+			if starts.Add(1) == 2 {
+				close(holding)
+				<-releaseB
+			}
+			return func(f func()) { f() }, nil
+		},
+	})
+	defer stop(e)
+	fill, running := make(chan struct{}), make(chan struct{})
+	pushed := make(chan error, 1)
+	mustPush := func(f func()) {
+		if err := e.Push(nil, f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustPush(func() { close(running); <-fill; pushed <- e.Push(nil, func() {}) })
+	<-running
+	mustPush(func() {}) // queued; starts the second worker, held in NewRunner
+	<-holding
+	mustPush(func() {}) // the engine is full
+	e.Resize(1)
+	close(fill) // the task waits for room: one of two live workers
+	for deadline := time.Now().Add(10 * time.Second); e.stuck.Load() != 1; runtime.Gosched() {
+		if time.Now().After(deadline) {
+			t.Fatal("the task never started waiting for room")
+		}
+	}
+	close(releaseB) // the second worker retires, above the limit
+	select {
+	case err := <-pushed:
+		if !errors.Is(err, ErrFull) {
+			t.Fatalf("Push from the only worker of a full engine = %v, want ErrFull", err)
+		}
+	case <-time.After(10 * time.Second):
+		e.Resize(2) // let it go, so that the engine can stop
+		t.Fatal("the task still waits for room that only it could free")
 	}
 }

@@ -100,6 +100,11 @@ func (e *Engine[T]) release(keep int64) bool {
 			if v-1 == exitBit {
 				e.exitSig.Broadcast()
 			}
+			if e.stuck.Load() > 0 {
+				// A task waiting for room gives up once every live worker
+				// is such a task (waitInWorker): one fewer may make it so.
+				e.spaceSig.Broadcast()
+			}
 			return true
 		}
 	}
