@@ -923,3 +923,55 @@ func TestGoexitInTheErrorHandler(t *testing.T) {
 		}
 	})
 }
+
+// Close giving up hands every batch no flusher took to the error handler,
+// even when the handler calls runtime.Goexit on Close's goroutine.
+func TestCloseAbortSurvivesAGoexitInTheHandler(t *testing.T) {
+	leak.Check(t)
+	var mu sync.Mutex
+	handed := map[int]error{}
+	goexited := false
+	started := make(chan struct{}, 8)
+	b := New(func(ctx context.Context, items []int) error {
+		started <- struct{}{}
+		<-ctx.Done() // the first flush runs until Close gives up
+		return ctx.Err()
+	}, WithMaxItems(1), WithErrorHandler(func(_ context.Context, items []int, err error) {
+		mu.Lock()
+		for _, it := range items {
+			handed[it] = err
+		}
+		goexit := !goexited && errors.Is(err, ErrClosed)
+		goexited = goexited || goexit
+		mu.Unlock()
+		if goexit {
+			runtime.Goexit()
+		}
+	}))
+	for it := 1; it <= 3; it++ { // 1 is flushed; 2 and 3 wait for a flusher
+		if err := b.Add(context.Background(), it); err != nil {
+			t.Fatal(err)
+		}
+	}
+	receive(t, started)
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		defer cancel()
+		b.Close(ctx) // gives up; the handler ends this goroutine at batch 2
+	}()
+	receive(t, closed)
+	deadline := time.Now().Add(waitFor)
+	for s := b.Stats(); s.Pending != 0 || s.InFlight != 0; s = b.Stats() {
+		if time.Now().After(deadline) {
+			t.Fatalf("batches left unfinished: %+v", s)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(handed) != 3 {
+		t.Fatalf("items handed to the error handler: %v, want 1, 2 and 3", handed)
+	}
+}

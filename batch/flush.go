@@ -242,21 +242,33 @@ func (b *Batcher[T]) abort(ctx context.Context) error {
 		b.inflight = append(b.inflight, s.seq)
 	}
 	b.mu.Unlock()
-	err := fmt.Errorf("%w before the flush: %w", ErrClosed, ctx.Err())
-	for _, s := range left {
-		var o outcome
-		if len(s.items) > 0 { // not emptied by DropOldest
-			b.handOver(s.items, err)
-			clear(s.items)
-			o.err = err
-		}
+	if b.ownPool {
+		// The pool's workers end when the running flush calls return.
+		defer func() { go b.pool.Stop() }() // even if a handler calls Goexit
+	}
+	b.abandon(left, fmt.Errorf("%w before the flush: %w", ErrClosed, ctx.Err()))
+	return ctx.Err()
+}
+
+// abandon hands each batch in left to the error handler with err and
+// finishes it. A handler that calls runtime.Goexit (t.FailNow in a test)
+// ends the caller's goroutine, but not before every batch is finished: each
+// goes on in a deferred call.
+func (b *Batcher[T]) abandon(left []sealed[T], err error) {
+	if len(left) == 0 {
+		return
+	}
+	s := left[0]
+	var o outcome
+	defer func() {
+		clear(s.items)
 		b.mu.Lock()
 		b.finishLocked(s, o)
 		b.mu.Unlock()
+		b.abandon(left[1:], err)
+	}()
+	if len(s.items) > 0 { // not emptied by DropOldest
+		o.err = err
+		b.handOver(s.items, err)
 	}
-	if b.ownPool {
-		// The pool's workers end when the running flush calls return.
-		go b.pool.Stop()
-	}
-	return ctx.Err()
 }
