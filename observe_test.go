@@ -445,9 +445,12 @@ func TestLoggerSummaryWaitsForTheRealStop(t *testing.T) {
 	var buf bytes.Buffer
 	var mu sync.Mutex
 	p := crew.New(1, crew.WithLogger(slog.New(slog.NewJSONHandler(&lockedWriter{w: &buf, mu: &mu}, nil))))
-	stopped := make(chan error, 1)
-	p.Go(func() { p.Stop(); stopped <- p.Shutdown(context.Background()) })
-	p.Go(func() {}) // queued: the closed pool still runs it
+	stopped, queued := make(chan error, 1), make(chan struct{})
+	p.Go(func() { <-queued; p.Stop(); stopped <- p.Shutdown(context.Background()) })
+	if err := p.Go(func() {}); err != nil { // queued: the closed pool still runs it
+		t.Fatal(err)
+	}
+	close(queued)
 	if err := recv(t, stopped, "the inner Stop and Shutdown"); !errors.Is(err, crew.ErrInsideTask) {
 		t.Fatalf("Shutdown from inside a task = %v, want ErrInsideTask", err)
 	}
