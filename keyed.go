@@ -103,7 +103,7 @@ type keyQueue[K comparable] struct {
 	// to the executor; other producers of the key wait meanwhile, and the
 	// queue is neither removed nor reused (that Go still refers to it).
 	starting bool
-	step     func() // kq.run under k's number (see layer.mark), made once
+	step     layerStep // kq.run under k's number (see layer.mark), made once
 
 	// WithKeyRate only.
 	b     tokenBucket
@@ -285,7 +285,7 @@ func (k *Keyed[K]) newQueue(sh *keyShard[K], key K) *keyQueue[K] {
 	kq, _ := k.free.Get().(*keyQueue[K])
 	if kq == nil {
 		kq = &keyQueue[K]{k: k}
-		kq.step = k.l.mark(kq.run)
+		kq.step = k.l.mark(kq.run, kq.abandonScheduled)
 	}
 	kq.sh, kq.key = sh, key
 	if k.perKey {
@@ -336,13 +336,6 @@ func (k *Keyed[K]) dropAll(kq *keyQueue[K], reuse bool) []layerEntry {
 	return dropped
 }
 
-func (k *Keyed[K]) dropEntries(es []layerEntry) {
-	for _, e := range es {
-		e.refuse(ErrDropped)
-	}
-	k.l.drop(int64(len(es)))
-}
-
 // stopping reports whether the pool has stopped for good: Shutdown's
 // deadline has passed, or Stop has run everything.
 func (k *Keyed[K]) stopping() bool { return k.l.p.gaveUp.Load() }
@@ -371,7 +364,7 @@ func (k *Keyed[K]) abandon() {
 		}
 		sh.mu.Unlock()
 	}
-	k.dropEntries(dropped)
+	k.l.dropEntries(dropped...)
 }
 
 // started ends the start of a key that was idle, whose step the executor
@@ -395,7 +388,7 @@ func (kq *keyQueue[K]) started(err error) error {
 		// key dead.
 		dropped := k.dropAll(kq, false)
 		sh.mu.Unlock()
-		k.dropEntries(dropped)
+		k.l.dropEntries(dropped...)
 		return nil
 	case err == nil:
 		if kq.state == keyIdle && kq.q.n == 0 {
@@ -423,7 +416,7 @@ func (kq *keyQueue[K]) submitWaiting() {
 }
 
 // abandonScheduled drops the tasks of a scheduled key whose step the
-// stopped pool refused.
+// stopped pool refused, or a RateLimited dropped.
 func (kq *keyQueue[K]) abandonScheduled() {
 	sh := kq.sh
 	sh.mu.Lock()
@@ -433,7 +426,7 @@ func (kq *keyQueue[K]) abandonScheduled() {
 	}
 	dropped := kq.k.dropAll(kq, true)
 	sh.mu.Unlock()
-	kq.k.dropEntries(dropped)
+	kq.k.l.dropEntries(dropped...)
 }
 
 // run is the key's step: it runs the key's first task, then passes the key
@@ -521,7 +514,7 @@ func (kq *keyQueue[K]) after() bool {
 	if k.stopping() { // Shutdown gave up: drop the rest
 		dropped := k.dropAll(kq, true)
 		sh.mu.Unlock()
-		k.dropEntries(dropped)
+		k.l.dropEntries(dropped...)
 		return false
 	}
 	if k.perKey {

@@ -139,13 +139,13 @@ func TestLayerMarkedStepRunsUnderItsNumber(t *testing.T) {
 	defer p.Stop()
 	k, q := NewKeyed[int](p), NewPriority(p)
 	var inK, inQ bool
-	k.l.mark(func() { inK, inQ = engine.CallerIs(k.l.id), engine.CallerIs(q.l.id) })()
+	k.l.mark(func() { inK, inQ = engine.CallerIs(k.l.id), engine.CallerIs(q.l.id) }, nil).run()
 	if !inK || inQ {
 		t.Errorf("inside a step of k: under k's number %v, under q's %v; want true, false", inK, inQ)
 	}
 	n := 0
-	step := k.l.mark(func() { n++ })
-	if a := testing.AllocsPerRun(1000, step); a != 0 || n == 0 {
+	step := k.l.mark(func() { n++ }, nil)
+	if a := testing.AllocsPerRun(1000, step.run); a != 0 || n == 0 {
 		t.Errorf("a marked step: %v allocations per run (ran %d times), want 0", a, n)
 	}
 }

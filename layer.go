@@ -25,7 +25,9 @@ import (
 // has stopped (the end of Stop, or Shutdown's deadline), the layer drops
 // the tasks whose steps can no longer run (steps that Shutdown removed from
 // the pool's queue, tasks waiting for a rate limiter's token) so that no
-// Wait and no Task waits for them forever. The link costs one registration
+// Wait and no Task waits for them forever. A RateLimited drops what waits
+// for a token earlier, as soon as it finds the pool stopping; a layer
+// built on it learns of each dropped step through the step's dropped func. The link costs one registration
 // on the pool's context, made at the first task; the layer's Wait undoes it
 // when it returns, so a layer made for one job and waited for is not kept
 // alive by its pool.
@@ -49,7 +51,7 @@ type Executor interface {
 	// a nil *Pool).
 	layerPool() *Pool
 	// layerSubmit queues a layer's step, waiting for room as how says.
-	layerSubmit(task func(), how submitMode) error
+	layerSubmit(s layerStep, how submitMode) error
 	// layerInline reports whether a step whose successor layerSubmit
 	// refused with err may run the successor's work itself, on the
 	// worker it holds.
@@ -67,9 +69,20 @@ const (
 
 func (p *Pool) layerPool() *Pool { return p }
 
+// A layerStep is what a layer submits to its executor: the step, made
+// once, and what to do if the executor accepts it and later drops it
+// unrun. Only a RateLimited does that, with steps waiting for a token when
+// the pool stops; a pool drops its queued steps only when it gives up,
+// which every layer learns of through its own link (see abandon).
+type layerStep struct {
+	run     func()
+	dropped func()
+}
+
 // layerSubmit goes through the Pool's own entry points, so that a step is
 // observed (WithHooks, WithLatency) like any other task.
-func (p *Pool) layerSubmit(task func(), how submitMode) error {
+func (p *Pool) layerSubmit(s layerStep, how submitMode) error {
+	task := s.run
 	switch {
 	case p == nil || p.e == nil:
 		return errZeroPool
@@ -120,10 +133,12 @@ func (p *Pool) endedContext() context.Context {
 }
 
 // layerEntry is a task queued in a layer: a func from Go, or a Task from
-// Submit.
+// Submit, or the step of a layer above (with what tells that layer when
+// the step is dropped).
 type layerEntry struct {
-	fn func()
-	t  *Task
+	fn      func()
+	t       *Task
+	dropped func()
 }
 
 // runEntry runs e. A panic in a Go task is recovered here and passed to
@@ -155,10 +170,28 @@ func (l *layer) runEntry(e layerEntry) {
 	returned = true
 }
 
-// refuse completes an entry that will not run: a Task finishes with err.
+// refuse completes an entry that was not queued, whose submitter gets
+// err: a Task finishes with it.
 func (e layerEntry) refuse(err error) {
 	if e.t != nil {
 		e.t.finish(err)
+	}
+}
+
+// dropEntries counts out entries that were accepted and will not run: a
+// Task finishes with ErrDropped, and a step tells its layer.
+func (l *layer) dropEntries(es ...layerEntry) {
+	for _, e := range es {
+		switch {
+		case e.t != nil:
+			e.t.finish(ErrDropped)
+		case e.dropped != nil:
+			e.dropped()
+		}
+	}
+	if n := int64(len(es)); n > 0 {
+		l.dropped.Add(uint64(n))
+		l.done(n)
 	}
 }
 
@@ -206,11 +239,12 @@ func (l *layer) init(ex Executor, what string, abandon func()) {
 	l.abandon = abandon
 }
 
-// mark returns step made to run under l's number, so that wait recognises
-// a call from inside it. Call it once per step func, not per submission:
-// the func it returns is allocated once and costs a few calls per run.
-func (l *layer) mark(step func()) func() {
-	return func() { engine.RunAs(l.id, engine.Func(step)) }
+// mark returns the step that runs run under l's number, so that wait
+// recognises a call from inside it, and calls dropped if an executor drops
+// it unrun. Call it once per step, not per submission: the func it makes
+// is allocated once and costs a few calls per run.
+func (l *layer) mark(run, dropped func()) layerStep {
+	return layerStep{run: func() { engine.RunAs(l.id, engine.Func(run)) }, dropped: dropped}
 }
 
 // refuses reports why the layer's pool takes no new work, or nil.
@@ -234,14 +268,6 @@ func (l *layer) accept() {
 func (l *layer) done(n int64) {
 	if l.unfinished.Add(-n) == 0 {
 		l.idle.Broadcast()
-	}
-}
-
-// drop counts n accepted tasks out as dropped.
-func (l *layer) drop(n int64) {
-	if n > 0 {
-		l.dropped.Add(uint64(n))
-		l.done(n)
 	}
 }
 

@@ -148,3 +148,47 @@ func stopWhileSubmitting(t *testing.T,
 	// (on the pool context's goroutine) or when their bucket is full.
 	waitFor(t, "no key left", func() bool { return stats().Keys == 0 })
 }
+
+// A Keyed or Priority built on a RateLimited learns when the RateLimited
+// drops its step as the pool stops (the step waited for a token): it drops
+// the task behind the step, so a plain task that waits for the layer while
+// Stop runs returns, and so does Stop (bug 41 in RELIABILITY.md).
+func TestLayerOnRateLimitedLearnsOfDroppedSteps(t *testing.T) {
+	layers := map[string]func(rl *crew.RateLimited) (goFn func(func()) error, wait func(), stats func() crew.LayerStats){
+		"Keyed": func(rl *crew.RateLimited) (func(func()) error, func(), func() crew.LayerStats) {
+			k := crew.NewKeyed[string](rl)
+			return func(f func()) error { return k.Go("a", f) }, k.Wait, k.Stats
+		},
+		"Priority": func(rl *crew.RateLimited) (func(func()) error, func(), func() crew.LayerStats) {
+			q := crew.NewPriority(rl)
+			return func(f func()) error { return q.Go(0, f) }, q.Wait, q.Stats
+		},
+	}
+	for name, mk := range layers {
+		t.Run(name, func(t *testing.T) {
+			leak.Check(t)
+			p := crew.New(2)
+			// The only token goes to the first task; the next is due in
+			// 200ms, long after Stop has closed the pool.
+			rl := crew.NewRateLimited(p, crew.Rate{Limit: 1, Per: 200 * time.Millisecond})
+			goFn, wait, stats := mk(rl)
+			if err := rl.Go(func() {}); err != nil {
+				t.Fatal(err)
+			}
+			var ran atomic.Bool
+			if err := goFn(func() { ran.Store(true) }); err != nil {
+				t.Fatal(err)
+			}
+			waited := make(chan struct{})
+			p.Go(func() { wait(); close(waited) })
+			within(t, schedDeadline, "Pool.Stop", p.Stop)
+			recvWithin(t, waited, "the layer's Wait in a plain task")
+			if ran.Load() {
+				t.Fatal("the task ran after its step was dropped")
+			}
+			if s := stats(); s.Dropped != 1 || s.Unfinished != 0 {
+				t.Fatalf("layer stats %+v, want 1 dropped and none unfinished", s)
+			}
+		})
+	}
+}

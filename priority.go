@@ -43,8 +43,8 @@ import (
 type Priority struct {
 	l     layer
 	clock nanoClock
-	aging int64  // nanoseconds per priority level; 0: strict priorities
-	step  func() // q.run under q's number (see layer.mark), made once
+	aging int64     // nanoseconds per priority level; 0: strict priorities
+	step  layerStep // q.run under q's number (see layer.mark), made once
 
 	mu      sync.Mutex
 	h       []prioItem   // a 4-ary min-heap on (key, seq)
@@ -98,7 +98,7 @@ func NewPriority(ex Executor, opts ...PriorityOption) *Priority {
 		o(q)
 	}
 	q.l.init(ex, "NewPriority", q.abandon)
-	q.step = q.l.mark(q.run)
+	q.step = q.l.mark(q.run, func() { q.stepFailed(ErrDropped) })
 	return q
 }
 
@@ -256,10 +256,16 @@ func (q *Priority) settle(err error) {
 // pool built WithNonBlocking; pending counts it already.
 func (q *Priority) submitWaiting() {
 	if err := q.l.ex.layerSubmit(q.step, submitWait); err != nil {
-		q.mu.Lock()
-		q.pending--
-		q.settle(err)
+		q.stepFailed(err)
 	}
+}
+
+// stepFailed settles after the executor refused a step that pending
+// counted, or dropped it (a RateLimited, as the pool stopped).
+func (q *Priority) stepFailed(err error) {
+	q.mu.Lock()
+	q.pending--
+	q.settle(err)
 }
 
 // dropWorst drops the task that would have started last: the pool has
@@ -274,8 +280,7 @@ func (q *Priority) dropWorst() {
 	e := q.heapRemove(worst)
 	q.countOrphans()
 	q.mu.Unlock()
-	e.refuse(ErrDropped)
-	q.l.drop(1)
+	q.l.dropEntries(e)
 }
 
 // run is the step: it runs the best queued task, then the tasks left
@@ -351,10 +356,7 @@ func (q *Priority) adopt() (layerEntry, bool) {
 	}
 	q.countOrphans()
 	q.mu.Unlock()
-	for _, e := range dropped {
-		e.refuse(ErrDropped)
-	}
-	q.l.drop(int64(len(dropped)))
+	q.l.dropEntries(dropped...)
 	return layerEntry{}, false
 }
 
@@ -369,10 +371,7 @@ func (q *Priority) abandon() {
 	q.h, q.entries, q.free = nil, nil, nil
 	q.countOrphans()
 	q.mu.Unlock()
-	for _, e := range dropped {
-		e.refuse(ErrDropped)
-	}
-	q.l.drop(int64(len(dropped)))
+	q.l.dropEntries(dropped...)
 }
 
 // store keeps e in a free slot of entries and returns the slot.

@@ -81,7 +81,7 @@ func (b *tokenBucket) at(m int64) int64 { return b.tat - (b.cap-m)*b.e }
 type RateLimited struct {
 	l     layer
 	clock nanoClock
-	step  func() // r.run under r's number (see layer.mark), made once
+	step  layerStep // r.run under r's number (see layer.mark), made once
 
 	mu       sync.Mutex
 	b        tokenBucket
@@ -111,7 +111,7 @@ func NewRateLimited(p *Pool, r Rate) *RateLimited {
 	}
 	rl := &RateLimited{b: b, clock: newNanoClock(), timerAt: -1}
 	rl.l.init(p, "NewRateLimited", rl.abandon)
-	rl.step = rl.l.mark(rl.run)
+	rl.step = rl.l.mark(rl.run, nil) // a pool drops it only as it gives up
 	return rl
 }
 
@@ -123,7 +123,10 @@ func NewRateLimited(p *Pool, r Rate) *RateLimited {
 //
 // A task still waiting for a token when the pool stops is dropped and
 // counted in Stats().Dropped: Pool.Stop runs what the pool has queued, not
-// what a limiter holds back; call Wait first to run everything. Go costs a
+// what a limiter holds back; call Wait first to run everything. It is
+// dropped when its token comes due or when Stop returns, whichever is
+// first, so a Wait that runs meanwhile (in a plain task of the pool, say)
+// waits until then. Go costs a
 // lock, a few atomic operations and a pool submission: no allocation beyond
 // the task's own closure.
 func (r *RateLimited) Go(task func()) error {
@@ -180,11 +183,11 @@ func (r *RateLimited) layerPool() *Pool { return r.l.p }
 
 // layerSubmit queues a layer's step like Go; submitWait lets the pool
 // submission that a token available at once leads to wait for room.
-func (r *RateLimited) layerSubmit(task func(), how submitMode) error {
+func (r *RateLimited) layerSubmit(s layerStep, how submitMode) error {
 	if r.l.ex == nil {
 		return errZeroLayer
 	}
-	return r.push(layerEntry{fn: task}, how)
+	return r.push(layerEntry{fn: s.run, dropped: s.dropped}, how)
 }
 
 // layerInline: a step refused by a stopped RateLimited must not run its
@@ -281,7 +284,7 @@ func (r *RateLimited) submit(n int, how submitMode) {
 			dropped = append(dropped, r.q.popBack())
 		}
 		r.mu.Unlock()
-		r.dropEntries(dropped)
+		r.l.dropEntries(dropped...)
 		return
 	}
 }
@@ -324,12 +327,5 @@ func (r *RateLimited) abandon() {
 		r.timerAt = -1
 	}
 	r.mu.Unlock()
-	r.dropEntries(dropped)
-}
-
-func (r *RateLimited) dropEntries(es []layerEntry) {
-	for _, e := range es {
-		e.refuse(ErrDropped)
-	}
-	r.l.drop(int64(len(es)))
+	r.l.dropEntries(dropped...)
 }
