@@ -63,7 +63,10 @@ type Keyed[K comparable] struct {
 	clock  nanoClock
 	rate   tokenBucket // a full bucket: the template of every key's, with WithKeyRate
 	perKey bool        // WithKeyRate
-	free   sync.Pool   // of *keyQueue[K], without WithKeyRate
+	// startsWait: ex is a pool whose Go waits for room, so a key's start
+	// may wait for room (see push).
+	startsWait bool
+	free       sync.Pool // of *keyQueue[K], without WithKeyRate
 
 	tookToken func(key K, now int64) // tests: called under the shard lock at each token taken
 }
@@ -154,6 +157,9 @@ func NewKeyed[K comparable](ex Executor, opts ...KeyedOption) *Keyed[K] {
 		sh.started.L = &sh.mu
 	}
 	k.l.init(ex, "NewKeyed", k.abandon)
+	if p, ok := ex.(*Pool); ok && !p.unusable() {
+		k.startsWait = p.e.Bounded() && !p.nonBlocking
+	}
 	return k
 }
 
@@ -163,16 +169,18 @@ func NewKeyed[K comparable](ex Executor, opts ...KeyedOption) *Keyed[K] {
 // pool and waits for room in a bounded pool queue like Pool.Go
 // (ErrQueueFull WithNonBlocking); when key is busy, it only appends to the
 // key's queue, which is unbounded. (While another Go is submitting the
-// step of the same key, Go waits for that to end; from inside a task of
-// the same pool, while that Go waits for room in a full bounded queue, this
-// can wait for ever: a known bug, see RELIABILITY.md.)
+// step of the same key, Go waits for that to end, unless it is called from
+// inside one of the pool's tasks: that Go may be waiting for room only the
+// caller can free, so the task queues behind it at once.)
 //
 // Go returns ErrStopped once the pool has begun to stop and ErrNilTask for
 // a nil task. A panic in task goes to the pool's panic handler and the
 // key's next task runs as usual. Pool.Stop runs every task Go accepted,
 // except those still waiting for a token (WithKeyRate, or a Keyed on a
-// RateLimited); those, and the tasks that Shutdown's deadline keeps from
-// starting, are dropped and counted in Stats().Dropped.
+// RateLimited) and those queued from inside a task behind a first Go of
+// their key that Stop refused; those, and the tasks that Shutdown's
+// deadline keeps from starting, are dropped and counted in
+// Stats().Dropped.
 func (k *Keyed[K]) Go(key K, task func()) error {
 	if task == nil {
 		if k.l.ex == nil {
@@ -253,7 +261,14 @@ func (k *Keyed[K]) push(key K, e layerEntry) error {
 		}
 		// Another Go is handing the key's first task to the pool: wait
 		// for the outcome, so that a task is accepted only behind a step
-		// that exists (a refused start would otherwise strand it).
+		// that exists (a refused start would otherwise strand it). A
+		// task of the pool must not wait: that Go may be waiting for
+		// room that only the caller's worker can free. Its task queues
+		// behind the start instead, and a refused start hands the key
+		// to a goroutine of its own (see started).
+		if k.startsWait && k.l.p.e.InWorker() {
+			break
+		}
 		sh.started.Wait()
 	}
 	if kq == nil {
@@ -368,9 +383,10 @@ func (k *Keyed[K]) abandon() {
 }
 
 // started ends the start of a key that was idle, whose step the executor
-// took (err == nil) or refused: then the task just queued, the only one
-// since other producers of the key wait for this outcome, is not accepted
-// after all.
+// took (err == nil) or refused: then the task just queued, the first in
+// the key's queue, is not accepted after all. Tasks that Go calls from
+// inside the pool's tasks queued behind it were accepted: a goroutine
+// submits the key's step for them, waiting for room.
 func (kq *keyQueue[K]) started(err error) error {
 	k, sh := kq.k, kq.sh
 	sh.mu.Lock()
@@ -399,11 +415,17 @@ func (kq *keyQueue[K]) started(err error) error {
 	}
 	own := kq.q.pop()
 	sh.waiting--
-	kq.state = keyIdle
-	kq.idle()
+	behind := kq.q.n > 0
+	if !behind {
+		kq.state = keyIdle
+		kq.idle()
+	}
 	sh.mu.Unlock()
 	k.l.done(1)
 	own.refuse(err)
+	if behind {
+		go kq.submitWaiting() // a stopped pool refuses it: the tasks are dropped
+	}
 	return err
 }
 

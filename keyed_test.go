@@ -505,3 +505,77 @@ func TestLayersSurviveAPanickingPanicHandler(t *testing.T) {
 		t.Fatalf("the panic handler ran %d times, want at least 3", n)
 	}
 }
+
+// A Go from inside a task, for a key whose first Go (from outside) waits
+// for room in the pool's full bounded queue, does not wait for that Go:
+// the room it waits for may be the calling task's own worker. Both tasks
+// run, in the order of their Go calls.
+func TestKeyedGoFromATaskBehindAStartWaitingForRoom(t *testing.T) {
+	leak.Check(t)
+	p := crew.New(1, crew.WithQueueSize(1))
+	defer p.Stop()
+	k := crew.NewKeyed[string](p)
+	callGo, innerReturned := make(chan struct{}), make(chan error, 1)
+	var order []string
+	var mu sync.Mutex
+	record := func(s string) func() {
+		return func() { mu.Lock(); order = append(order, s); mu.Unlock() }
+	}
+	p.Go(func() { // holds the only worker
+		<-callGo
+		innerReturned <- k.Go("a", record("inner"))
+	})
+	p.Go(func() {}) // fills the queue
+	outerReturned := make(chan error, 1)
+	go func() { outerReturned <- k.Go("a", record("outer")) }()
+	// Counted in, the outer Go's task holds the key's start while it waits
+	// for room.
+	eventually(t, "the outer Go to wait for room", func() bool { return k.Stats().Unfinished == 1 })
+	close(callGo)
+	if err := recvWithin(t, innerReturned, "the Go from inside the task"); err != nil {
+		t.Fatalf("the Go from inside the task: %v", err)
+	}
+	if err := recvWithin(t, outerReturned, "the outer Go"); err != nil {
+		t.Fatalf("the outer Go: %v", err)
+	}
+	within(t, schedDeadline, "Keyed.Wait", k.Wait)
+	if len(order) != 2 || order[0] != "outer" {
+		t.Fatalf("ran %v, want [outer inner]", order)
+	}
+}
+
+// When Stop refuses the waiting first Go of that key, the task queued
+// behind it from inside a task was accepted: it is dropped and counted,
+// and nothing waits for it.
+func TestKeyedGoFromATaskBehindARefusedStart(t *testing.T) {
+	leak.Check(t)
+	p := crew.New(1, crew.WithQueueSize(1))
+	k := crew.NewKeyed[string](p)
+	callGo, innerReturned := make(chan struct{}), make(chan error, 1)
+	finish := make(chan struct{})
+	var ran atomic.Int64
+	p.Go(func() { // holds the only worker until Stop has begun
+		<-callGo
+		innerReturned <- k.Go("a", func() { ran.Add(1) })
+		<-finish
+	})
+	p.Go(func() {}) // fills the queue
+	outerReturned := make(chan error, 1)
+	go func() { outerReturned <- k.Go("a", func() { ran.Add(1) }) }()
+	eventually(t, "the outer Go to wait for room", func() bool { return k.Stats().Unfinished == 1 })
+	close(callGo)
+	if err := recvWithin(t, innerReturned, "the Go from inside the task"); err != nil {
+		t.Fatalf("the Go from inside the task: %v", err)
+	}
+	stopped := make(chan struct{})
+	go func() { p.Stop(); close(stopped) }()
+	if err := recvWithin(t, outerReturned, "the outer Go"); err != crew.ErrStopped {
+		t.Fatalf("the outer Go: %v, want ErrStopped", err)
+	}
+	close(finish)
+	recvWithin(t, stopped, "Pool.Stop")
+	within(t, schedDeadline, "Keyed.Wait", k.Wait)
+	if s := k.Stats(); ran.Load() != 0 || s.Dropped != 1 || s.Unfinished != 0 || s.Keys != 0 {
+		t.Fatalf("%d ran; Stats %+v; want none ran, 1 dropped, nothing left", ran.Load(), s)
+	}
+}

@@ -462,6 +462,9 @@ func (e *Engine[T]) Close() {
 // Closed reports whether Close was called.
 func (e *Engine[T]) Closed() bool { return e.closed.Load() }
 
+// Bounded reports whether Push may wait for room: the queue is bounded.
+func (e *Engine[T]) Bounded() bool { return e.bounded }
+
 // Drain removes every queued task, passes each to Config.Drop, counts it as
 // dropped and returns how many it removed. A task is either run by a worker
 // or removed here, never both. A task whose producer is still filling its
