@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gocrew/crew/internal/bridge"
 	"github.com/gocrew/crew/internal/engine"
 	"github.com/gocrew/crew/internal/notify"
 )
@@ -117,6 +118,10 @@ func (p *Pool) giveUp() {
 	}
 	p.mu.Unlock()
 	p.cancel()
+}
+
+func init() {
+	bridge.PoolEnded = func(p any) context.Context { return p.(*Pool).endedContext() }
 }
 
 // endedContext returns a context cancelled once the pool has given up.

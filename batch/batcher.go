@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gocrew/crew"
+	"github.com/gocrew/crew/internal/bridge"
 )
 
 // A Batcher collects items into batches and flushes them. All its methods
@@ -30,7 +31,7 @@ type Batcher[T any] struct {
 	retry      retryPolicy
 	pool       *crew.Pool
 	ownPool    bool
-	drainFn    func()          // b.drain, made once so that dispatching does not allocate
+	drainFn    func()          // b.drain(true), made once so that dispatching does not allocate
 	flushCtx   context.Context // passed to flushes; canceled when Close gives up
 	cancel     context.CancelFunc
 	handlerCtx context.Context // passed to the error handler; never canceled
@@ -46,6 +47,8 @@ type Batcher[T any] struct {
 	free     [][]T          // emptied batch slices for reuse, at most maxFree
 	inflight []uint64       // sequence numbers of the batches being flushed
 	flushing int            // flusher goroutines started and not finished
+	queued   int            // of those, flushers submitted to the pool and not begun (see poolGaveUp)
+	unlink   func() bool    // WithPool: undoes the link to the pool's end
 	handing  int            // DropOldest hand-overs under way (Close waits for them)
 	pending  int            // items accepted and not finished
 	space    chan struct{}  // closed when pending drops; made by the first waiter
@@ -123,7 +126,10 @@ func New[T any](flush func(ctx context.Context, items []T) error, opts ...Option
 	if b.pool == nil {
 		b.pool, b.ownPool = crew.New(s.maxFlushes), true
 	}
-	b.drainFn = b.drain
+	b.drainFn = func() { b.drain(true) }
+	if !b.ownPool {
+		b.unlink = context.AfterFunc(bridge.PoolEnded(b.pool), b.poolGaveUp)
+	}
 	b.flushCtx, b.cancel = context.WithCancel(context.Background())
 	b.handlerCtx = context.WithoutCancel(b.flushCtx)
 	return b
@@ -296,6 +302,9 @@ func (b *Batcher[T]) Close(ctx context.Context) error {
 		return ErrClosed
 	}
 	b.closed = true
+	if b.unlink != nil {
+		defer b.unlink() // a Batcher closed for good no longer cares
+	}
 	var start bool
 	if len(b.buf) > 0 {
 		start = b.sealLocked()

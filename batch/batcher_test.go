@@ -615,6 +615,42 @@ func TestStoppedPool(t *testing.T) {
 	}
 }
 
+// When Shutdown's deadline drops a flusher queued on a shared pool, the
+// Batcher learns of it and flushes the batch itself, so Flush and Close
+// return.
+func TestSharedPoolShutdownDropsAFlusher(t *testing.T) {
+	leak.Check(t)
+	ctx := context.Background()
+	p := crew.New(1)
+	blocking := make(chan struct{})
+	p.Go(func() { close(blocking); <-p.Context().Done() }) // until Shutdown gives up
+	receive(t, blocking)
+	rec := newRecorder[int]()
+	b := New(rec.flush, WithPool(p), WithMaxItems(1))
+	if err := b.Add(ctx, 7); err != nil { // seals: a flusher waits in p's queue
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, time.Millisecond)
+	defer cancel()
+	var se *crew.ShutdownError
+	if err := p.Shutdown(short); !errors.As(err, &se) || se.Dropped != 1 {
+		t.Fatalf("Shutdown = %v, want a *ShutdownError with the flusher dropped", err)
+	}
+	flushed := make(chan error, 1)
+	go func() { flushed <- b.Flush(ctx) }()
+	if err := receive(t, flushed); err != nil {
+		t.Fatal(err)
+	}
+	if got := rec.next(t); !slices.Equal(got, []int{7}) {
+		t.Fatalf("flushed %v, want [7]", got)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- b.Close(ctx) }()
+	if err := receive(t, closed); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestManyBatchersLeaveNoGoroutine(t *testing.T) {
 	leak.Check(t)
 	ctx := context.Background()
@@ -973,5 +1009,42 @@ func TestCloseAbortSurvivesAGoexitInTheHandler(t *testing.T) {
 	defer mu.Unlock()
 	if len(handed) != 3 {
 		t.Fatalf("items handed to the error handler: %v, want 1, 2 and 3", handed)
+	}
+}
+
+// A flusher that a worker took before the pool gave up, and that begins
+// after poolGaveUp wrote it off, leaves the batches to the flusher that
+// replaced it: the count of flushers stays right and nothing is flushed
+// twice. (Here the pool has not really given up, so the replacement is
+// queued on it too, behind the written-off one.)
+func TestLateFlusherAfterPoolGaveUp(t *testing.T) {
+	leak.Check(t)
+	ctx := context.Background()
+	p := crew.New(1)
+	defer p.Stop()
+	release := make(chan struct{})
+	p.Go(func() { <-release }) // holds the worker: the flusher waits
+	rec := newRecorder[int]()
+	b := New(rec.flush, WithPool(p), WithMaxItems(1))
+	if err := b.Add(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	b.poolGaveUp()
+	b.mu.Lock()
+	flushing, queued := b.flushing, b.queued
+	b.mu.Unlock()
+	if flushing != 1 || queued != 1 {
+		t.Fatalf("after poolGaveUp: %d flushers, %d queued; want 1, 1", flushing, queued)
+	}
+	close(release)
+	if got := rec.next(t); !slices.Equal(got, []int{1}) {
+		t.Fatalf("flushed %v, want [1]", got)
+	}
+	if err := b.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rec.none(t)
+	if b.flushing != 0 || b.queued != 0 {
+		t.Fatalf("after Close: %d flushers, %d queued", b.flushing, b.queued)
 	}
 }

@@ -33,6 +33,7 @@ type outcome struct {
 func (b *Batcher[T]) startLocked() bool {
 	if b.head < len(b.ready) && b.flushing == len(b.inflight) && b.flushing < b.maxFlushes {
 		b.flushing++
+		b.queued++
 		return true
 	}
 	return false
@@ -43,17 +44,37 @@ func (b *Batcher[T]) startLocked() bool {
 // is left behind.
 func (b *Batcher[T]) dispatch(start bool) {
 	if start && b.pool.Go(b.drainFn) != nil {
-		b.drain()
+		b.mu.Lock()
+		b.queued--
+		b.mu.Unlock()
+		b.drain(false)
 	}
 }
 
+// poolGaveUp runs once a pool given by WithPool has given up on its queue
+// (Shutdown's deadline dropped it): the flushers still queued on it will
+// never begin, so they no longer count, and a flusher of the caller's own
+// takes their batches, as for a stopped pool. One that a worker took just
+// before the drop and begins late finds itself written off and leaves the
+// batches to that one.
+func (b *Batcher[T]) poolGaveUp() {
+	b.mu.Lock()
+	b.flushing -= b.queued
+	b.queued = 0
+	start := b.startLocked()
+	b.drainedLocked()
+	b.mu.Unlock()
+	b.dispatch(start)
+}
+
 // drain is a flusher: it flushes queued batches until there is none left.
-// Taking a batch, it starts another flusher if more batches wait; if the
-// pool cannot take that one at once, this flusher gets through the backlog
-// alone. Should the flush function or the error handler call
+// fromPool says that the pool started it, rather than the caller running
+// it in place of one the pool refused. Taking a batch, it starts another
+// flusher if more batches wait; if the pool cannot take that one at once,
+// this flusher gets through the backlog alone. Should the flush function or the error handler call
 // runtime.Goexit (t.FailNow in a test), the batch fails with crew.ErrGoexit
 // and another flusher takes the rest, so that nothing waits for ever.
-func (b *Batcher[T]) drain() {
+func (b *Batcher[T]) drain(fromPool bool) {
 	var (
 		s        sealed[T] // the batch being delivered
 		o        outcome
@@ -80,6 +101,14 @@ func (b *Batcher[T]) drain() {
 		}
 	}()
 	b.mu.Lock()
+	if fromPool {
+		if b.queued == 0 { // written off by poolGaveUp
+			b.mu.Unlock()
+			returned = true
+			return
+		}
+		b.queued--
+	}
 	for b.head < len(b.ready) {
 		s = b.ready[b.head]
 		b.ready[b.head] = sealed[T]{}
@@ -93,6 +122,7 @@ func (b *Batcher[T]) drain() {
 		if next && !b.pool.TrySubmit(b.drainFn) {
 			b.mu.Lock()
 			b.flushing--
+			b.queued--
 			b.mu.Unlock()
 		}
 		o = outcome{}

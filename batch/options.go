@@ -142,11 +142,10 @@ func WithMaxConcurrentFlushes(n int) Option {
 // submitted with p.Go by the call that seals a batch (Add, Flush, Close or
 // the timer), which waits if p's queue is bounded and full, and runs the
 // flusher itself if p was stopped. Further flushers, for a backlog, are
-// submitted with p.TrySubmit and skipped if p has no room. p must not be
-// nil. Close the Batcher before p's Shutdown: should Shutdown's deadline
-// drop a flusher queued on p, the Batcher still counts it, and Flush or
-// Close without a deadline would wait for it for ever (a known bug; see
-// RELIABILITY.md).
+// submitted with p.TrySubmit and skipped if p has no room. Should p's
+// Shutdown drop a flusher queued on it, the Batcher learns of it when the
+// deadline passes and flushes the batches on a goroutine of its own, as
+// for a stopped pool. p must not be nil.
 func WithPool(p *crew.Pool) Option {
 	return func(s *settings) {
 		if p == nil {
