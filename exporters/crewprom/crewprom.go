@@ -30,6 +30,8 @@
 package crewprom
 
 import (
+	"fmt"
+	"math"
 	"time"
 
 	"github.com/gocrew/crew"
@@ -48,7 +50,10 @@ var DefaultBuckets = []float64{
 type Option func(*Collector)
 
 // WithBuckets sets the upper bounds, in seconds and in increasing order,
-// of the latency histograms' buckets (DefaultBuckets if not set).
+// of the latency histograms' buckets (DefaultBuckets if not set). A bound
+// of +Inf may end the list; Prometheus adds that bucket anyway. NewCollector
+// panics with an error wrapping crew.ErrInvalid if a bound is NaN, negative
+// or not above the one before it.
 func WithBuckets(upper ...float64) Option {
 	return func(c *Collector) { c.buckets = append([]float64(nil), upper...) }
 }
@@ -77,6 +82,9 @@ func NewCollector(pools []*crew.Pool, opts ...Option) *Collector {
 	c := &Collector{pools: pools, buckets: DefaultBuckets, ns: "crew"}
 	for _, o := range opts {
 		o(c)
+	}
+	if err := checkBuckets(c.buckets); err != nil {
+		panic(err)
 	}
 	desc := func(name, help string) *prometheus.Desc {
 		return prometheus.NewDesc(prometheus.BuildFQName(c.ns, "pool", name), help, []string{"pool"}, nil)
@@ -134,10 +142,27 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
+// checkBuckets reports bounds that WithBuckets does not accept.
+func checkBuckets(upper []float64) error {
+	for i, b := range upper {
+		if math.IsNaN(b) || b < 0 || i > 0 && b <= upper[i-1] {
+			return fmt.Errorf("%w: crewprom.WithBuckets%v: bound %v: bounds must be increasing seconds, none negative", crew.ErrInvalid, upper, b)
+		}
+	}
+	return nil
+}
+
 func (c *Collector) histogram(d *prometheus.Desc, h crew.HistogramSnapshot, pool string) prometheus.Metric {
 	buckets := make(map[float64]uint64, len(c.buckets))
 	for _, upper := range c.buckets {
-		buckets[upper] = h.CountAtOrBelow(time.Duration(upper * float64(time.Second)))
+		if math.IsInf(upper, 1) {
+			continue // the +Inf bucket holds every observation: Prometheus adds it
+		}
+		limit := time.Duration(math.MaxInt64) // a bound beyond it would overflow
+		if upper < limit.Seconds() {
+			limit = time.Duration(upper * float64(time.Second))
+		}
+		buckets[upper] = h.CountAtOrBelow(limit)
 	}
 	return prometheus.MustNewConstHistogram(d, h.Count, h.Sum.Seconds(), buckets, pool)
 }

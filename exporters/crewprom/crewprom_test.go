@@ -3,6 +3,7 @@ package crewprom_test
 import (
 	"context"
 	"errors"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -138,6 +139,45 @@ app_pool_task_run_seconds_bucket{pool="opts",le="+Inf"} 1
 	want += "app_pool_task_run_seconds_sum{pool=\"opts\"} " + formatFloat(l.Run.Sum.Seconds()) + "\n"
 	want += "app_pool_task_run_seconds_count{pool=\"opts\"} 1\n"
 	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "app_pool_task_run_seconds"); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestWithBucketsRejectsBadBounds(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	for _, bad := range [][]float64{{math.NaN()}, {-1}, {1, 0.5}, {1, 1}, {math.Inf(1), 1}} {
+		func() {
+			defer func() {
+				err, _ := recover().(error)
+				if !errors.Is(err, crew.ErrInvalid) {
+					t.Errorf("WithBuckets%v: NewCollector panicked with %v, want an error wrapping ErrInvalid", bad, err)
+				}
+			}()
+			crewprom.NewCollector(nil, crewprom.WithBuckets(bad...))
+		}()
+	}
+}
+
+// +Inf and bounds beyond the longest time.Duration are accepted: they
+// count every observation.
+func TestWithBucketsAcceptsHugeBounds(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	p := crew.New(1, crew.WithName("huge"), crew.WithLatency())
+	done := make(chan struct{})
+	p.Go(func() { close(done) })
+	<-done
+	p.Stop()
+	c := crewprom.NewCollector([]*crew.Pool{p}, crewprom.WithBuckets(1e12, math.Inf(1)))
+	want := `
+# HELP crew_pool_task_wait_seconds Time from a task's submission to its start.
+# TYPE crew_pool_task_wait_seconds histogram
+crew_pool_task_wait_seconds_bucket{pool="huge",le="1e+12"} 1
+crew_pool_task_wait_seconds_bucket{pool="huge",le="+Inf"} 1
+`
+	l, _ := p.Latency()
+	want += "crew_pool_task_wait_seconds_sum{pool=\"huge\"} " + formatFloat(l.Wait.Sum.Seconds()) + "\n"
+	want += "crew_pool_task_wait_seconds_count{pool=\"huge\"} 1\n"
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "crew_pool_task_wait_seconds"); err != nil {
 		t.Error(err)
 	}
 }
