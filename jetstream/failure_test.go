@@ -230,6 +230,57 @@ func TestPermanentErrorsAndUndecodableMessagesAreTerminated(t *testing.T) {
 	}
 }
 
+// panickyCodec is JSON, except that Unmarshal panics on the payload "boom".
+type panickyCodec struct{ JSON }
+
+func (c panickyCodec) Unmarshal(data []byte, v any) error {
+	if string(data) == "boom" {
+		panic("codec exploded")
+	}
+	return c.JSON.Unmarshal(data, v)
+}
+
+// A panic in the codec's Unmarshal is a decoding failure: the message is
+// terminated and reported with a *crew.PanicError, and the consumer goes on
+// with the next one, also on a pool built WithCrashOnPanic.
+func TestCodecPanicTerminatesTheMessage(t *testing.T) {
+	checkLeaks(t)
+	ts := startServer(t)
+	_, js := ts.connect(t)
+	createStream(t, js, "JOBS", "jobs.>")
+	cons := createDurable(t, js, "JOBS", "workers", natsjs.ConsumerConfig{})
+	ctx := testCtx(t)
+	if _, err := js.Publish(ctx, "jobs.new", []byte("boom")); err != nil {
+		t.Fatal(err)
+	}
+	publish(t, js, "jobs.new", item{ID: 2})
+
+	seen := newIDSet()
+	sink := &errSink{}
+	pool := crew.New(2, crew.WithCrashOnPanic())
+	defer pool.Stop()
+	c := NewConsumer(cons, pool, func(ctx context.Context, m Msg[item]) error {
+		seen.add(m.Value.ID)
+		return nil
+	}, opts(WithCodec(panickyCodec{}), WithErrorHandler(sink.handle))...)
+	stop := runConsumer(t, c)
+	waitFor(t, 10*time.Second, "2 messages settled", func() bool {
+		st := c.Stats()
+		return st.Terminated == 1 && st.Acked == 1
+	})
+	if err := stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if got := seen.snapshot(); len(got) != 1 || got[2] != 1 {
+		t.Errorf("handler saw %v, want item 2 once", got)
+	}
+	mes := sink.messageErrors()
+	var pe *crew.PanicError
+	if len(mes) != 1 || mes[0].Sequence != 1 || !errors.As(mes[0], &pe) || pe.Value != "codec exploded" {
+		t.Fatalf("error handler got %v, want message 1 with the codec's panic", mes)
+	}
+}
+
 func TestHeartbeatsKeepLongTasksFromRedelivery(t *testing.T) {
 	checkLeaks(t)
 	ts := startServer(t)

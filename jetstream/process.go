@@ -56,24 +56,26 @@ func (r *run[T]) process(d *delivery) {
 		return
 	}
 	m := Msg[T]{Subject: d.msg.Subject(), Header: d.msg.Headers(), Metadata: *meta, Raw: d.msg}
-	if err := r.s.codec.Unmarshal(d.msg.Data(), &m.Value); err != nil {
+	if err := recovered(func() error { return r.s.codec.Unmarshal(d.msg.Data(), &m.Value) }); err != nil {
 		r.giveUp(d, meta, fmt.Errorf("decode: %w", err))
 		finished = true
 		return
 	}
-	err = r.call(m)
+	err = recovered(func() error { return r.c.handler(r.hardCtx, m) })
 	r.settleOutcome(d, meta, err)
 	finished = true
 }
 
-// call calls the handler, turning a panic into a *crew.PanicError.
-func (r *run[T]) call(m Msg[T]) (err error) {
+// recovered calls f, turning a panic into a *crew.PanicError: a codec's or
+// a handler's panic settles the message like an error, and the worker goes
+// on.
+func recovered(f func() error) (err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			err = &crew.PanicError{Value: v, Stack: debug.Stack()}
 		}
 	}()
-	return r.c.handler(r.hardCtx, m)
+	return f()
 }
 
 // settleOutcome acknowledges, hands back or gives up a message by its
