@@ -38,13 +38,14 @@ func exit[T any](e *engine.Engine[T], exited func()) {
 func shutdownEngine[T any](ctx context.Context, e *engine.Engine[T], cancel context.CancelFunc, dropMore, exited func()) error {
 	e.Close()
 	err := e.Wait(ctx)
+	dropped := 0
 	switch {
 	case err == engine.ErrInWorker:
 		return fmt.Errorf("%w: Shutdown cannot wait for the task that called it; the pool is closed and its queued tasks still run", err)
 	case err != nil:
 		// Drain before cancelling: a worker freed by the cancellation must
 		// not start a task that is about to be dropped.
-		e.Drain()
+		dropped = e.Drain() // a concurrent Shutdown drains the rest, if any
 		cancel()
 		e.Wait(nil)
 		if dropMore != nil {
@@ -54,7 +55,7 @@ func shutdownEngine[T any](ctx context.Context, e *engine.Engine[T], cancel cont
 	exit(e, exited)
 	cancel()
 	if err != nil {
-		return &ShutdownError{Dropped: int(e.Stats().Dropped), Err: err}
+		return &ShutdownError{Dropped: dropped, Err: err}
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -527,5 +528,51 @@ func TestConcurrentSubmitResizeAndStop(t *testing.T) {
 	wg.Wait()
 	if ran.Load() != accepted.Load() {
 		t.Fatalf("accepted %d, ran %d", accepted.Load(), ran.Load())
+	}
+}
+
+// Two Shutdowns whose deadlines pass together each report the tasks they
+// dropped themselves: the drops add up to the queued tasks, not twice
+// their number.
+func TestConcurrentShutdownsReportEachDropOnce(t *testing.T) {
+	leak.Check(t)
+	p := crew.New(1)
+	release, started := make(chan struct{}), make(chan struct{})
+	p.Go(func() { close(started); <-release }) // ignores the pool's context
+	<-started
+	const queued = 10
+	for range queued {
+		p.Go(func() {})
+	}
+	expired, cancel := context.WithCancel(context.Background())
+	cancel()
+	errs := make(chan error, 2)
+	for range 2 {
+		go func() { errs <- p.Shutdown(expired) }()
+	}
+	// Both have dropped what they found and wait for the running task:
+	// Wait with an expired context never blocks, so a Shutdown blocked in
+	// the engine's Wait is past its drop.
+	eventually(t, "both Shutdowns to wait for the running task", func() bool {
+		n := 0
+		for _, g := range strings.Split(goroutineDump(), "\n\n") {
+			if strings.Contains(g, "crew.shutdownEngine") && strings.Contains(g, "notify.(*Cond).Wait") {
+				n++
+			}
+		}
+		return n == 2
+	})
+	close(release)
+	total := 0
+	for range 2 {
+		var se *crew.ShutdownError
+		if err := <-errs; !errors.As(err, &se) {
+			t.Fatalf("Shutdown = %v, want a *ShutdownError", err)
+		} else {
+			total += se.Dropped
+		}
+	}
+	if total != queued {
+		t.Fatalf("the two Shutdowns report %d dropped in all, want %d", total, queued)
 	}
 }
