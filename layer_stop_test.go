@@ -192,3 +192,32 @@ func TestLayerOnRateLimitedLearnsOfDroppedSteps(t *testing.T) {
 		})
 	}
 }
+
+// The same with two steps of one Priority dropped at once: the first drop
+// leaves its task to a step that is still pending, and the second must
+// then drop both (found by TestStressLayers).
+func TestPriorityOnRateLimitedLearnsOfTwoDroppedSteps(t *testing.T) {
+	leak.Check(t)
+	p := crew.New(2)
+	rl := crew.NewRateLimited(p, crew.Rate{Limit: 1, Per: 200 * time.Millisecond})
+	q := crew.NewPriority(rl)
+	if err := rl.Go(func() {}); err != nil { // takes the only token
+		t.Fatal(err)
+	}
+	var ran atomic.Int32
+	for prio := range 2 {
+		if err := q.Go(prio, func() { ran.Add(1) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waited := make(chan struct{})
+	p.Go(func() { q.Wait(); close(waited) })
+	within(t, schedDeadline, "Pool.Stop", p.Stop)
+	recvWithin(t, waited, "Priority.Wait in a plain task")
+	if n := ran.Load(); n != 0 {
+		t.Fatalf("%d tasks ran after their steps were dropped", n)
+	}
+	if s := q.Stats(); s.Dropped != 2 || s.Unfinished != 0 {
+		t.Fatalf("Priority stats %+v, want 2 dropped and none unfinished", s)
+	}
+}

@@ -248,7 +248,11 @@ func (q *Priority) settle(err error) {
 		q.mu.Unlock()
 		go q.submitWaiting()
 	default:
-		q.dropWorst()
+		// Nobody to adopt them, and the pool has stopped: no task queued
+		// will run. (Dropping only this refusal's orphan would leave one
+		// whose settle deferred to a pending step that the executor then
+		// dropped too.)
+		q.dropQueued()
 	}
 }
 
@@ -266,21 +270,6 @@ func (q *Priority) stepFailed(err error) {
 	q.mu.Lock()
 	q.pending--
 	q.settle(err)
-}
-
-// dropWorst drops the task that would have started last: the pool has
-// stopped and nothing of q runs. Called with mu held; it unlocks it.
-func (q *Priority) dropWorst() {
-	worst := 0
-	for i := 1; i < len(q.h); i++ {
-		if q.h[worst].before(&q.h[i]) {
-			worst = i
-		}
-	}
-	e := q.heapRemove(worst)
-	q.countOrphans()
-	q.mu.Unlock()
-	q.l.dropEntries(e)
 }
 
 // run is the step: it runs the best queued task, then the tasks left
@@ -364,6 +353,11 @@ func (q *Priority) adopt() (layerEntry, bool) {
 // have been dropped or have run.
 func (q *Priority) abandon() {
 	q.mu.Lock()
+	q.dropQueued()
+}
+
+// dropQueued drops every queued task. Called with mu held; it unlocks it.
+func (q *Priority) dropQueued() {
 	var dropped []layerEntry
 	for _, it := range q.h {
 		dropped = append(dropped, q.entries[it.slot])
