@@ -279,18 +279,16 @@ func (k *Keyed[K]) push(key K, e layerEntry) error {
 	kq.q.push(e)
 	sh.waiting++
 	k.l.accept()
-	if kq.state != keyIdle {
-		sh.mu.Unlock() // the key's step will come to it
+	if kq.state != keyIdle || kq.starting {
+		// The key's step will come to it, or the Go that is starting the
+		// key will find it queued (see started).
+		sh.mu.Unlock()
 		return nil
 	}
-	if k.perKey {
-		if now := k.clock(); kq.b.avail(now) < 1 {
-			kq.sleep(now)
-			sh.mu.Unlock()
-			return nil
-		}
+	if !kq.schedule() {
+		sh.mu.Unlock()
+		return nil
 	}
-	kq.state = keyScheduled
 	kq.starting = true
 	sh.mu.Unlock()
 	return kq.started(k.l.ex.layerSubmit(kq.step, submitGo))
@@ -406,8 +404,17 @@ func (kq *keyQueue[K]) started(err error) error {
 		sh.mu.Unlock()
 		k.l.dropEntries(dropped...)
 		return nil
+	case err == nil && kq.state == keyIdle && kq.q.n > 0:
+		// The step has run our task and left the key to us, and tasks
+		// from inside the pool's tasks queued meanwhile: start it again
+		// for them, from a goroutine that may wait for room.
+		if kq.schedule() {
+			go kq.submitWaiting()
+		}
+		sh.mu.Unlock()
+		return nil
 	case err == nil:
-		if kq.state == keyIdle && kq.q.n == 0 {
+		if kq.state == keyIdle {
 			kq.idle() // the step has run the task and left the key to us
 		}
 		sh.mu.Unlock()
@@ -539,14 +546,10 @@ func (kq *keyQueue[K]) after() bool {
 		k.l.dropEntries(dropped...)
 		return false
 	}
-	if k.perKey {
-		if now := k.clock(); kq.b.avail(now) < 1 {
-			kq.sleep(now)
-			sh.mu.Unlock()
-			return false
-		}
+	if !kq.schedule() {
+		sh.mu.Unlock()
+		return false
 	}
-	kq.state = keyScheduled
 	sh.mu.Unlock()
 	err := k.l.ex.layerSubmit(kq.step, submitTry)
 	switch {
@@ -563,6 +566,20 @@ func (kq *keyQueue[K]) after() bool {
 	}
 	kq.abandonScheduled()
 	return false
+}
+
+// schedule passes on a key with queued tasks and no step: it puts a key
+// out of tokens to sleep, or marks it scheduled and reports true, when the
+// caller must submit its step. Called under the shard lock.
+func (kq *keyQueue[K]) schedule() bool {
+	if k := kq.k; k.perKey {
+		if now := k.clock(); kq.b.avail(now) < 1 {
+			kq.sleep(now)
+			return false
+		}
+	}
+	kq.state = keyScheduled
+	return true
 }
 
 // idle deals with a key whose queue is empty. Called under the shard lock.

@@ -3,6 +3,7 @@ package crew
 import (
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -147,5 +148,79 @@ func TestLayerMarkedStepRunsUnderItsNumber(t *testing.T) {
 	step := k.l.mark(func() { n++ }, nil)
 	if a := testing.AllocsPerRun(1000, step.run); a != 0 || n == 0 {
 		t.Errorf("a marked step: %v allocations per run (ran %d times), want 0", a, n)
+	}
+}
+
+// receive returns what ch delivers, failing t if nothing comes in time.
+func receive[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s: nothing within 10s", what)
+		panic("unreachable")
+	}
+}
+
+// pausingExecutor is the pool, except that layerSubmit waits on pause[i]
+// after the pool has taken (or refused) the i-th step, as if the caller
+// were descheduled right there.
+type pausingExecutor struct {
+	*Pool
+	calls  atomic.Int32
+	paused []chan struct{} // receives when call i has submitted
+	pause  []chan struct{} // call i returns once it is closed
+}
+
+func (x *pausingExecutor) layerSubmit(s layerStep, how submitMode) error {
+	err := x.Pool.layerSubmit(s, how)
+	if i := int(x.calls.Add(1) - 1); i < len(x.pause) {
+		x.paused[i] <- struct{}{}
+		<-x.pause[i]
+	}
+	return err
+}
+
+// A Go from inside a task, for a key whose step has already run the task
+// of the Go still starting it, queues behind that start and leaves the key
+// to it: one Go starts a key, never two (two did, and the second went on
+// with a queue the first had recycled; found by TestStressLayers).
+func TestKeyedGoFromATaskBehindAStartWhoseStepHasRun(t *testing.T) {
+	leak.Check(t)
+	p := New(2, WithQueueSize(4)) // bounded: Go waits for room
+	defer p.Stop()
+	k := NewKeyed[string](p)
+	x := &pausingExecutor{Pool: p,
+		paused: []chan struct{}{make(chan struct{}, 1), make(chan struct{}, 1)},
+		pause:  []chan struct{}{make(chan struct{}), make(chan struct{})}}
+	k.l.ex = x
+	release := make([]func(), len(x.pause))
+	for i, c := range x.pause {
+		release[i] = sync.OnceFunc(func() { close(c) })
+		defer release[i]() // before Stop, should the test fail
+	}
+	var ran atomic.Int32
+	outer := make(chan error, 1)
+	go func() { outer <- k.Go("a", func() { ran.Add(1) }) }()
+	receive(t, x.paused[0], "the outer Go's step submitted")
+	k.Wait() // its step ran the task: the key is idle, still starting
+	inner := make(chan error, 1)
+	p.Go(func() { inner <- k.Go("a", func() { ran.Add(1) }) })
+	if err := receive(t, inner, "the Go from inside a task"); err != nil {
+		t.Fatalf("inner Go = %v", err)
+	}
+	release[0]() // the outer Go finds the inner task queued
+	if err := receive(t, outer, "the outer Go"); err != nil {
+		t.Fatalf("outer Go = %v", err)
+	}
+	receive(t, x.paused[1], "the key's step submitted again")
+	release[1]()
+	k.Wait()
+	if n := ran.Load(); n != 2 || x.calls.Load() != 2 {
+		t.Fatalf("%d tasks ran after %d step submissions, want 2 and 2", n, x.calls.Load())
+	}
+	if s := k.Stats(); s.Keys != 0 || s.Unfinished != 0 {
+		t.Fatalf("Keyed stats %+v, want no key left", s)
 	}
 }

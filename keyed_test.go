@@ -521,10 +521,13 @@ func TestKeyedGoFromATaskBehindAStartWaitingForRoom(t *testing.T) {
 	record := func(s string) func() {
 		return func() { mu.Lock(); order = append(order, s); mu.Unlock() }
 	}
+	holding := make(chan struct{})
 	p.Go(func() { // holds the only worker
+		close(holding)
 		<-callGo
 		innerReturned <- k.Go("a", record("inner"))
 	})
+	<-holding
 	p.Go(func() {}) // fills the queue
 	outerReturned := make(chan error, 1)
 	go func() { outerReturned <- k.Go("a", record("outer")) }()
@@ -554,11 +557,14 @@ func TestKeyedGoFromATaskBehindARefusedStart(t *testing.T) {
 	callGo, innerReturned := make(chan struct{}), make(chan error, 1)
 	finish := make(chan struct{})
 	var ran atomic.Int64
+	holding := make(chan struct{})
 	p.Go(func() { // holds the only worker until Stop has begun
+		close(holding)
 		<-callGo
 		innerReturned <- k.Go("a", func() { ran.Add(1) })
 		<-finish
 	})
+	<-holding
 	p.Go(func() {}) // fills the queue
 	outerReturned := make(chan error, 1)
 	go func() { outerReturned <- k.Go("a", func() { ran.Add(1) }) }()
