@@ -585,3 +585,62 @@ func TestKeyedGoFromATaskBehindARefusedStart(t *testing.T) {
 		t.Fatalf("%d ran; Stats %+v; want none ran, 1 dropped, nothing left", ran.Load(), s)
 	}
 }
+
+// Go calls from outside and from inside the pool's tasks (which do not wait
+// for a key's start, see TestKeyedGoFromATaskBehindAStartWaitingForRoom),
+// on a few keys that keep going idle, of a Keyed on a bounded pool: every
+// task accepted runs once, the tasks of a key never overlap, and nothing is
+// left.
+func TestKeyedGoInsideAndOutsideOnBoundedPool(t *testing.T) {
+	leak.Check(t)
+	var panics atomic.Int64
+	p := crew.New(4, crew.WithQueueSize(1), quietPanics(&panics))
+	defer p.Stop()
+	abort := make(chan struct{})
+	defer close(abort) // before Stop: lets the producers go on a failure
+	k := crew.NewKeyed[int](p)
+	const keys = 3
+	perProducer := scaled(40000, 8)
+	var busy [keys]atomic.Int32
+	var accepted, ran, overlaps atomic.Int64
+	// Each producer waits for its task, so that keys go idle and every Go
+	// may start its key.
+	produce := func(first int) {
+		for i := first; i < first+perProducer; i++ {
+			key := i % keys
+			done := make(chan struct{})
+			err := k.Go(key, func() {
+				if busy[key].Add(1) != 1 {
+					overlaps.Add(1)
+				}
+				ran.Add(1)
+				busy[key].Add(-1)
+				close(done)
+			})
+			if err != nil {
+				continue
+			}
+			accepted.Add(1)
+			select {
+			case <-done:
+			case <-abort:
+				return
+			}
+		}
+	}
+	var wg sync.WaitGroup
+	for g := range 2 { // inside: each holds a worker
+		wg.Add(1)
+		if err := p.Go(func() { defer wg.Done(); produce(g) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for g := 2; g < 4; g++ { // outside
+		wg.Go(func() { produce(g) })
+	}
+	within(t, schedDeadline, "the producers", wg.Wait)
+	within(t, schedDeadline, "Keyed.Wait", k.Wait)
+	if s := k.Stats(); panics.Load() != 0 || overlaps.Load() != 0 || ran.Load() != accepted.Load() || s.Unfinished != 0 || s.Keys != 0 {
+		t.Fatalf("%d panics, %d overlaps, %d ran of %d accepted; Stats %+v", panics.Load(), overlaps.Load(), ran.Load(), accepted.Load(), s)
+	}
+}

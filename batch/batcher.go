@@ -48,6 +48,7 @@ type Batcher[T any] struct {
 	inflight []uint64       // sequence numbers of the batches being flushed
 	flushing int            // flusher goroutines started and not finished
 	queued   int            // of those, flushers submitted to the pool and not begun (see poolGaveUp)
+	poolGone bool           // WithPool: the pool gave up on its queue (see poolGaveUp)
 	unlink   func() bool    // WithPool: undoes the link to the pool's end
 	handing  int            // DropOldest hand-overs under way (Close waits for them)
 	pending  int            // items accepted and not finished
@@ -247,7 +248,7 @@ func (b *Batcher[T]) Flush(ctx context.Context) error {
 		b.mu.Unlock()
 		return ErrClosed
 	}
-	var start bool
+	var start launch
 	if len(b.buf) > 0 {
 		start = b.sealLocked()
 	}
@@ -305,7 +306,7 @@ func (b *Batcher[T]) Close(ctx context.Context) error {
 	if b.unlink != nil {
 		defer b.unlink() // a Batcher closed for good no longer cares
 	}
-	var start bool
+	var start launch
 	if len(b.buf) > 0 {
 		start = b.sealLocked()
 	} else if b.timer != nil {
@@ -379,7 +380,7 @@ func (b *Batcher[T]) roomLocked() (dropped T, didDrop bool, err error) {
 
 // appendLocked adds an item of the given size to the open batch, sealing
 // batches as the bounds say. It reports whether to start a flusher.
-func (b *Batcher[T]) appendLocked(item T, size int) (start bool) {
+func (b *Batcher[T]) appendLocked(item T, size int) (start launch) {
 	if b.maxBytes > 0 && len(b.buf) > 0 && b.bufBytes+size > b.maxBytes {
 		start = b.sealLocked()
 	}
@@ -399,7 +400,9 @@ func (b *Batcher[T]) appendLocked(item T, size int) (start bool) {
 	b.pending++
 	b.stats.Added++
 	if len(b.buf) >= b.maxItems || (b.maxBytes > 0 && b.bufBytes >= b.maxBytes) {
-		start = b.sealLocked() || start
+		if l := b.sealLocked(); l != noLaunch {
+			start = l // at most one of the two seals counts a flusher
+		}
 	}
 	return start
 }
@@ -418,7 +421,7 @@ func (b *Batcher[T]) newBufLocked() []T {
 
 // sealLocked queues the open batch, which must not be empty, for flushing.
 // It reports whether to start a flusher for it (see startLocked).
-func (b *Batcher[T]) sealLocked() bool {
+func (b *Batcher[T]) sealLocked() launch {
 	b.timer.Stop()
 	if b.head > 0 && len(b.ready) == cap(b.ready) {
 		n := copy(b.ready, b.ready[b.head:])

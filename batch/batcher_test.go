@@ -1014,15 +1014,17 @@ func TestCloseAbortSurvivesAGoexitInTheHandler(t *testing.T) {
 
 // A flusher that a worker took before the pool gave up, and that begins
 // after poolGaveUp wrote it off, leaves the batches to the flusher that
-// replaced it: the count of flushers stays right and nothing is flushed
-// twice. (Here the pool has not really given up, so the replacement is
-// queued on it too, behind the written-off one.)
+// replaced it, which runs on poolGaveUp's goroutine: the count of flushers
+// stays right and nothing is flushed twice. (Here the pool has not really
+// given up; poolGaveUp is called by hand.)
 func TestLateFlusherAfterPoolGaveUp(t *testing.T) {
 	leak.Check(t)
 	ctx := context.Background()
 	p := crew.New(1)
 	defer p.Stop()
 	release := make(chan struct{})
+	letGo := sync.OnceFunc(func() { close(release) })
+	defer letGo() // before Stop, should the test fail
 	p.Go(func() { <-release }) // holds the worker: the flusher waits
 	rec := newRecorder[int]()
 	b := New(rec.flush, WithPool(p), WithMaxItems(1))
@@ -1030,21 +1032,200 @@ func TestLateFlusherAfterPoolGaveUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.poolGaveUp()
+	if got := rec.next(t); !slices.Equal(got, []int{1}) {
+		t.Fatalf("flushed %v, want [1]", got)
+	}
 	b.mu.Lock()
 	flushing, queued := b.flushing, b.queued
 	b.mu.Unlock()
-	if flushing != 1 || queued != 1 {
-		t.Fatalf("after poolGaveUp: %d flushers, %d queued; want 1, 1", flushing, queued)
+	if flushing != 0 || queued != 0 {
+		t.Fatalf("after poolGaveUp: %d flushers, %d queued; want none", flushing, queued)
 	}
-	close(release)
-	if got := rec.next(t); !slices.Equal(got, []int{1}) {
-		t.Fatalf("flushed %v, want [1]", got)
+	letGo() // the written-off flusher begins
+	if err := b.Add(ctx, 2); err != nil { // flushed in place: the pool "gave up"
+		t.Fatal(err)
+	}
+	if got := rec.next(t); !slices.Equal(got, []int{2}) {
+		t.Fatalf("flushed %v, want [2]", got)
 	}
 	if err := b.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
+	p.Wait() // the late flusher has begun and returned
 	rec.none(t)
 	if b.flushing != 0 || b.queued != 0 {
 		t.Fatalf("after Close: %d flushers, %d queued", b.flushing, b.queued)
+	}
+}
+
+// A shared pool that gives up between a seal that counts a new flusher and
+// the submission of that flusher: poolGaveUp writes the flusher off and
+// flushes the batch on a goroutine of its own, and the seal, refused by the
+// stopped pool, must not count it out again. (It did: the count went below
+// zero, no flusher started any more, and Flush and Close waited for ever;
+// found by the stress tests.) Any seal can meet the pool's end so; here the
+// Add that seals hands the item DropOldest dropped to the error handler
+// first, which stops the pool at that moment.
+func TestPoolGivesUpWhileASealSubmitsItsFlusher(t *testing.T) {
+	leak.Check(t)
+	ctx := context.Background()
+	p := crew.New(1)
+	defer p.Stop()
+	rec := newRecorder[int]()
+	handed := make(chan []int, 2)
+	b := New(rec.flush, WithPool(p), WithMaxItems(10), WithMaxWait(time.Hour),
+		WithMaxBytes(3, func(int) int { return 1 }), WithMaxPending(2, DropOldest),
+		WithErrorHandler(func(_ context.Context, items []int, err error) {
+			handed <- slices.Clone(items)
+			if errors.Is(err, ErrDropped) {
+				p.Stop() // the pool ends between the seal and the submission
+				if got := rec.next(t); !slices.Equal(got, []int{2, 3}) {
+					t.Errorf("flushed %v once the pool gave up, want [2 3]", got)
+				}
+			}
+		}))
+	// The third Add drops 1, whose byte stays counted, and seals [2 3].
+	for i := 1; i <= 3; i++ {
+		if err := b.Add(ctx, i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := receive(t, handed); !slices.Equal(got, []int{1}) {
+		t.Fatalf("handed %v, want [1]", got)
+	}
+	if err := b.Add(ctx, 4); err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, waitFor)
+	defer cancel()
+	if err := b.Close(short); err != nil {
+		b.mu.Lock()
+		flushing, queued := b.flushing, b.queued
+		b.mu.Unlock()
+		t.Fatalf("Close = %v, want nil (%d flushers, %d queued; stats %+v)", err, flushing, queued, b.Stats())
+	}
+	if got := rec.next(t); !slices.Equal(got, []int{4}) {
+		t.Fatalf("flushed %v, want [4]", got)
+	}
+}
+
+// A Batcher on a shared pool keeps its count of flushers right when the
+// pool's Stop, or Shutdown with a deadline that passes, races with Adds
+// that seal batches: Close, after that, returns. Rounds alternate Stop and
+// Shutdown, one and two concurrent flushes.
+func TestSharedPoolStopRacingAdds(t *testing.T) {
+	leak.Check(t)
+	for round := range 100 {
+		p := crew.New(1)
+		var flushes atomic.Int64
+		busy := make(chan struct{})
+		b := New(func(context.Context, []int) error {
+			if flushes.Add(1) == 20 {
+				close(busy)
+			}
+			return nil
+		}, WithPool(p), WithMaxItems(1), WithMaxConcurrentFlushes(1+round%2))
+		var wg sync.WaitGroup
+		stop := make(chan struct{})
+		for range 4 {
+			wg.Go(func() {
+				for j := 0; ; j++ {
+					select {
+					case <-stop:
+						return
+					default:
+						b.TryAdd(j)
+					}
+				}
+			})
+		}
+		receive(t, busy)
+		if round%4 < 2 { // while the Adds go on
+			p.Stop()
+		} else {
+			short, cancel := context.WithTimeout(context.Background(), 50*time.Microsecond)
+			p.Shutdown(short)
+			cancel()
+		}
+		close(stop)
+		wg.Wait()
+		ctx, cancel := context.WithCancel(context.Background())
+		closed := make(chan error, 1)
+		go func() { closed <- b.Close(ctx) }()
+		select {
+		case err := <-closed:
+			cancel()
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(waitFor):
+			b.mu.Lock()
+			flushing, queued := b.flushing, b.queued
+			b.mu.Unlock()
+			cancel() // Close gives up
+			<-closed
+			t.Fatalf("round %d: Close hung after the pool stopped while Adds sealed batches: %d flushers, %d queued", round, flushing, queued)
+		}
+	}
+}
+
+// A flusher that a worker took before Shutdown's deadline and that begins
+// while poolGaveUp is dispatching its replacement (here pinned there with
+// the pool's hooks, which must not block outside a test) finds itself
+// written off: it took the replacement's place in queued before, and the
+// counts ended at -1 with Close waiting for ever.
+func TestLateFlusherDuringPoolGaveUp(t *testing.T) {
+	leak.Check(t)
+	rec := newRecorder[int]()
+	taken, resume := make(chan struct{}), make(chan struct{})
+	letBegin := sync.OnceFunc(func() { close(resume) })
+	var started, dropped atomic.Bool
+	p := crew.New(1, crew.WithHooks(crew.Hooks{
+		TaskStart: func(crew.TaskEvent) {
+			if !started.Swap(true) { // the flusher: taken, begins late
+				close(taken)
+				<-resume
+			}
+		},
+		Drop: func(ev crew.TaskEvent) {
+			if ev.Err == crew.ErrStopped && !dropped.Swap(true) {
+				// poolGaveUp's replacement, refused: let the late
+				// flusher begin and take the batch first.
+				letBegin()
+				rec.waitStarted(t)
+			}
+		},
+	}))
+	flush := func(ctx context.Context, items []int) error {
+		letBegin() // a replacement that flushes without the pool: let the late one begin now
+		return rec.flush(ctx, items)
+	}
+	b := New(flush, WithPool(p), WithMaxItems(1))
+	if err := b.Add(context.Background(), 1); err != nil { // seals: a flusher
+		t.Fatal(err)
+	}
+	receive(t, taken)
+	short, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+	defer cancel()
+	p.Shutdown(short) // gives up while the flusher is held in TaskStart
+	if got := rec.next(t); len(got) != 1 || got[0] != 1 {
+		t.Fatalf("flushed %v, want [1]", got)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	closed := make(chan error, 1)
+	go func() { closed <- b.Close(ctx) }()
+	select {
+	case err := <-closed:
+		stop()
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(waitFor):
+		b.mu.Lock()
+		flushing, queued := b.flushing, b.queued
+		b.mu.Unlock()
+		stop()
+		<-closed
+		t.Fatalf("Close hung: %d flushers, %d queued", flushing, queued)
 	}
 }

@@ -25,40 +25,67 @@ type outcome struct {
 	handedOver bool          // flushed, or given to the error handler
 }
 
+// A launch is how to start the flusher that startLocked counted.
+type launch uint8
+
+const (
+	noLaunch     launch = iota // no flusher to start
+	launchOnPool               // submit it to the pool; it is counted in queued
+	launchHere                 // run it on the caller's goroutine: the pool gave up
+)
+
 // startLocked reports whether a flusher should be started, and counts it
 // if so: when batches wait, no flusher is starting already (one that is
 // will take them, and starts the next if more wait) and the concurrency
 // limit allows. Flushers thus start one after the other while a backlog
 // lasts, like the Go scheduler wakes one spinning thread at a time.
-func (b *Batcher[T]) startLocked() bool {
-	if b.head < len(b.ready) && b.flushing == len(b.inflight) && b.flushing < b.maxFlushes {
-		b.flushing++
-		b.queued++
-		return true
+func (b *Batcher[T]) startLocked() launch {
+	if b.head == len(b.ready) || b.flushing != len(b.inflight) || b.flushing == b.maxFlushes {
+		return noLaunch
 	}
-	return false
+	b.flushing++
+	if b.poolGone {
+		return launchHere
+	}
+	b.queued++
+	return launchOnPool
 }
 
-// dispatch starts a flusher on the pool if start is true. If the pool
-// refuses (it was stopped), the flusher runs here instead, so that no batch
-// is left behind.
-func (b *Batcher[T]) dispatch(start bool) {
-	if start && b.pool.Go(b.drainFn) != nil {
-		b.mu.Lock()
-		b.queued--
-		b.mu.Unlock()
+// dispatch starts the flusher that startLocked counted. If the pool
+// refuses it (it was stopped), the flusher runs here instead, so that no
+// batch is left behind.
+func (b *Batcher[T]) dispatch(l launch) {
+	switch {
+	case l == launchHere:
+		b.drain(false)
+	case l == launchOnPool && b.pool.Go(b.drainFn) != nil && b.unqueue():
 		b.drain(false)
 	}
 }
 
+// unqueue counts out of queued a flusher that the pool refused, and
+// reports whether it still counts as a flusher: poolGaveUp may have
+// written it off meanwhile, and then started one in its place if batches
+// wait.
+func (b *Batcher[T]) unqueue() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.poolGone {
+		return false
+	}
+	b.queued--
+	return true
+}
+
 // poolGaveUp runs once a pool given by WithPool has given up on its queue
-// (Shutdown's deadline dropped it): the flushers still queued on it will
-// never begin, so they no longer count, and a flusher of the caller's own
-// takes their batches, as for a stopped pool. One that a worker took just
-// before the drop and begins late finds itself written off and leaves the
-// batches to that one.
+// (Shutdown's deadline dropped it): the flushers still queued on it, or
+// being submitted, will never begin, so they no longer count, and a
+// flusher of the caller's own takes their batches, as for a stopped pool.
+// One that a worker took just before the drop and begins late finds
+// itself written off and leaves the batches to that one.
 func (b *Batcher[T]) poolGaveUp() {
 	b.mu.Lock()
+	b.poolGone = true
 	b.flushing -= b.queued
 	b.queued = 0
 	start := b.startLocked()
@@ -118,11 +145,13 @@ func (b *Batcher[T]) drain(fromPool bool) {
 		}
 		b.inflight = append(b.inflight, s.seq)
 		next := b.startLocked()
-		b.mu.Unlock()
-		if next && !b.pool.TrySubmit(b.drainFn) {
-			b.mu.Lock()
+		if next == launchHere { // the pool gave up: this flusher goes on alone
 			b.flushing--
-			b.queued--
+		}
+		b.mu.Unlock()
+		if next == launchOnPool && !b.pool.TrySubmit(b.drainFn) && b.unqueue() {
+			b.mu.Lock()
+			b.flushing-- // this flusher goes on alone
 			b.mu.Unlock()
 		}
 		o = outcome{}
