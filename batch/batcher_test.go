@@ -1024,7 +1024,7 @@ func TestLateFlusherAfterPoolGaveUp(t *testing.T) {
 	defer p.Stop()
 	release := make(chan struct{})
 	letGo := sync.OnceFunc(func() { close(release) })
-	defer letGo() // before Stop, should the test fail
+	defer letGo()              // before Stop, should the test fail
 	p.Go(func() { <-release }) // holds the worker: the flusher waits
 	rec := newRecorder[int]()
 	b := New(rec.flush, WithPool(p), WithMaxItems(1))
@@ -1041,7 +1041,7 @@ func TestLateFlusherAfterPoolGaveUp(t *testing.T) {
 	if flushing != 0 || queued != 0 {
 		t.Fatalf("after poolGaveUp: %d flushers, %d queued; want none", flushing, queued)
 	}
-	letGo() // the written-off flusher begins
+	letGo()                               // the written-off flusher begins
 	if err := b.Add(ctx, 2); err != nil { // flushed in place: the pool "gave up"
 		t.Fatal(err)
 	}
@@ -1149,23 +1149,7 @@ func TestSharedPoolStopRacingAdds(t *testing.T) {
 		}
 		close(stop)
 		wg.Wait()
-		ctx, cancel := context.WithCancel(context.Background())
-		closed := make(chan error, 1)
-		go func() { closed <- b.Close(ctx) }()
-		select {
-		case err := <-closed:
-			cancel()
-			if err != nil {
-				t.Fatal(err)
-			}
-		case <-time.After(waitFor):
-			b.mu.Lock()
-			flushing, queued := b.flushing, b.queued
-			b.mu.Unlock()
-			cancel() // Close gives up
-			<-closed
-			t.Fatalf("round %d: Close hung after the pool stopped while Adds sealed batches: %d flushers, %d queued", round, flushing, queued)
-		}
+		closeWithin(t, b, fmt.Sprintf("round %d, after the pool stopped while Adds sealed batches", round))
 	}
 }
 
@@ -1211,21 +1195,5 @@ func TestLateFlusherDuringPoolGaveUp(t *testing.T) {
 	if got := rec.next(t); len(got) != 1 || got[0] != 1 {
 		t.Fatalf("flushed %v, want [1]", got)
 	}
-	ctx, stop := context.WithCancel(context.Background())
-	closed := make(chan error, 1)
-	go func() { closed <- b.Close(ctx) }()
-	select {
-	case err := <-closed:
-		stop()
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(waitFor):
-		b.mu.Lock()
-		flushing, queued := b.flushing, b.queued
-		b.mu.Unlock()
-		stop()
-		<-closed
-		t.Fatalf("Close hung: %d flushers, %d queued", flushing, queued)
-	}
+	closeWithin(t, b, "after the late flusher")
 }

@@ -117,3 +117,27 @@ func seq(lo, hi int) []int {
 	}
 	return s
 }
+
+// closeWithin closes b and fails t if Close returns an error, or has not
+// returned within waitFor: then with b's counts of flushers, and Close
+// gives up so that the test can end.
+func closeWithin[T any](t *testing.T, b *Batcher[T], what string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	closed := make(chan error, 1)
+	go func() { closed <- b.Close(ctx) }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatalf("%s: Close = %v", what, err)
+		}
+	case <-time.After(waitFor):
+		b.mu.Lock()
+		flushing, queued := b.flushing, b.queued
+		b.mu.Unlock()
+		cancel()
+		<-closed
+		t.Fatalf("%s: Close hung with %d flushers, %d queued", what, flushing, queued)
+	}
+}
