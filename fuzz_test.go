@@ -382,7 +382,7 @@ func (m *fuzzModel) mustReturn(d time.Duration, what string, f func()) bool {
 	if returnsWithin(d, f) {
 		return true
 	}
-	m.errorf("%s: %s did not return within %v; stats %+v; goroutines:\n\n%s", m.prog, what, d, m.p.Stats(), goroutineDump())
+	m.errorf("%s: %s did not return within %v; stats %+v; goroutines:\n\n%s", m.prog, what, d, m.p.Stats(), leak.Dump())
 	return false
 }
 

@@ -555,7 +555,7 @@ func TestConcurrentShutdownsReportEachDropOnce(t *testing.T) {
 	// the engine's Wait is past its drop.
 	eventually(t, "both Shutdowns to wait for the running task", func() bool {
 		n := 0
-		for _, g := range strings.Split(goroutineDump(), "\n\n") {
+		for _, g := range strings.Split(leak.Dump(), "\n\n") {
 			if strings.Contains(g, "crew.shutdownEngine") && strings.Contains(g, "notify.(*Cond).Wait") {
 				n++
 			}

@@ -2,28 +2,15 @@ package crew_test
 
 import (
 	"os"
-	"runtime"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/gocrew/crew/internal/leak"
 )
 
 // Helpers shared by the reliability tests (fuzz_test.go, stress_test.go,
 // traps_test.go, badinput_test.go).
-
-// goroutineDump returns the stacks of every goroutine, for a test that
-// fails because something did not return in time.
-func goroutineDump() string {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			return string(buf[:n])
-		}
-		buf = make([]byte, 2*len(buf))
-	}
-}
 
 // mustReturn runs f and fails the test with a goroutine dump if f has not
 // returned within d. f keeps running (and leaks) if it hangs: the test has
@@ -39,7 +26,7 @@ func mustReturn(t testing.TB, d time.Duration, what string, f func()) bool {
 	case <-done:
 		return true
 	case <-time.After(d):
-		t.Errorf("%s did not return within %v; goroutines:\n\n%s", what, d, goroutineDump())
+		t.Errorf("%s did not return within %v; goroutines:\n\n%s", what, d, leak.Dump())
 		return false
 	}
 }
@@ -67,15 +54,11 @@ func waitUntil(t testing.TB, d time.Duration, what string, cond func() bool) {
 	deadline := time.Now().Add(d)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s; goroutines:\n\n%s", d, what, goroutineDump())
+			t.Fatalf("timed out after %v waiting for %s; goroutines:\n\n%s", d, what, leak.Dump())
 		}
 		time.Sleep(100 * time.Microsecond)
 	}
 }
-
-// stressMode returns the value of CREW_STRESS: "" (default, bounded runs),
-// "long" (longer runs) or "off".
-func stressMode() string { return strings.ToLower(os.Getenv("CREW_STRESS")) }
 
 // knownBugsOn reports whether CREW_KNOWN_BUGS=1 asks to run the tests of
 // bugs reported but not yet fixed (to check a fix).

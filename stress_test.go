@@ -13,6 +13,7 @@ import (
 
 	"github.com/gocrew/crew"
 	"github.com/gocrew/crew/internal/leak"
+	"github.com/gocrew/crew/internal/stress"
 )
 
 // Stress tests: many producers, concurrent Resize, Wait and Stats, and a
@@ -27,20 +28,6 @@ import (
 //	go test -run Stress -count=1 -v .            # millions, no race detector
 //	go test -race -run Stress -count=1 -v .      # what CI runs with the suite
 //	CREW_STRESS=long go test -run Stress -count=1 -v .
-
-// stressBudget returns how long a stress test runs, or skips it.
-func stressBudget(t *testing.T) time.Duration {
-	t.Helper()
-	switch {
-	case testing.Short():
-		t.Skip("stress test: skipped with -short")
-	case stressMode() == "off":
-		t.Skip("stress test: CREW_STRESS=off")
-	case stressMode() == "long":
-		return 30 * time.Second
-	}
-	return 2 * time.Second
-}
 
 // stressScale returns the tasks per round and producers per round.
 func stressScale() (tasks, producers int) {
@@ -329,7 +316,7 @@ func runStressRound(t *testing.T, c *stressCounts, limit, tasks, producers int, 
 // concurrent Resize, Wait and Stats, and a Shutdown or a Stop mid-flight.
 func TestStressProducersResizeShutdown(t *testing.T) {
 	leak.Check(t)
-	budget := stressBudget(t)
+	budget := stress.Budget(t)
 	tasks, producers := stressScale()
 	var c stressCounts
 	start := time.Now()
@@ -347,7 +334,7 @@ func TestStressProducersResizeShutdown(t *testing.T) {
 // and Stop or Shutdown must release every blocked producer.
 func TestStressBoundedQueueBlockedProducers(t *testing.T) {
 	leak.Check(t)
-	budget := stressBudget(t)
+	budget := stress.Budget(t)
 	tasks, producers := stressScale()
 	tasks /= 4 // producers spend most of their time blocked
 	var c stressCounts
@@ -364,7 +351,7 @@ func TestStressBoundedQueueBlockedProducers(t *testing.T) {
 // A non-blocking pool: nothing waits, ErrQueueFull is frequent.
 func TestStressNonBlocking(t *testing.T) {
 	leak.Check(t)
-	budget := stressBudget(t)
+	budget := stress.Budget(t)
 	tasks, producers := stressScale()
 	tasks /= 4
 	var c stressCounts
@@ -383,7 +370,7 @@ func TestStressNonBlocking(t *testing.T) {
 // over. No goroutine may survive and no task may be lost.
 func TestStressPoolLifecycle(t *testing.T) {
 	leak.Check(t)
-	budget := stressBudget(t)
+	budget := stress.Budget(t)
 	start := time.Now()
 	pools, tasks := 0, 0
 	for time.Since(start) < budget {

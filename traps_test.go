@@ -40,7 +40,7 @@ func TestTrapTaskSubmitsToItsOwnFullPool(t *testing.T) {
 		case err := <-got:
 			return err
 		case <-time.After(trapDeadline):
-			t.Fatalf("a task submitting to its own full pool hung; goroutines:\n\n%s", goroutineDump())
+			t.Fatalf("a task submitting to its own full pool hung; goroutines:\n\n%s", leak.Dump())
 			return nil
 		}
 	}
@@ -196,7 +196,7 @@ func TestTrapWaitInsideTask(t *testing.T) {
 		t.Error("Wait inside a task returned")
 	})
 	if !ended {
-		t.Fatalf("Wait called from inside a task did not return within %v; goroutines:\n\n%s", trapDeadline, goroutineDump())
+		t.Fatalf("Wait called from inside a task did not return within %v; goroutines:\n\n%s", trapDeadline, leak.Dump())
 	}
 	if pe == nil {
 		// The task has ended; its panic reaches the handler just after.
@@ -236,7 +236,7 @@ func TestTrapStopInsideTask(t *testing.T) {
 		after = p.Go(func() { t.Error("a task submitted after Stop ran") })
 	})
 	if !ended {
-		t.Fatalf("Stop called from inside a task did not return within %v; goroutines:\n\n%s", trapDeadline, goroutineDump())
+		t.Fatalf("Stop called from inside a task did not return within %v; goroutines:\n\n%s", trapDeadline, leak.Dump())
 	}
 	if after != crew.ErrStopped {
 		t.Errorf("Go after Stop inside a task = %v, want ErrStopped", after)
@@ -266,7 +266,7 @@ func TestTrapShutdownInsideTask(t *testing.T) {
 		err = p.Shutdown(ctx)
 	})
 	if !ended {
-		t.Fatalf("Shutdown called from inside a task did not return within %v; goroutines:\n\n%s", trapDeadline, goroutineDump())
+		t.Fatalf("Shutdown called from inside a task did not return within %v; goroutines:\n\n%s", trapDeadline, leak.Dump())
 	}
 	if !errors.Is(err, crew.ErrInsideTask) {
 		t.Errorf("Shutdown inside a task = %v, want ErrInsideTask", err)
@@ -403,7 +403,7 @@ func testLayerWaitFromAnotherTask(t *testing.T, goFn func(p *crew.Pool) func(fun
 	// Let the waiter take the path that blocks (b has a task), where it
 	// looks at its stack, before b's task finishes; or panic.
 	waitUntil(t, trapDeadline, "the task to wait for the Keyed", func() bool {
-		return len(got) > 0 || strings.Contains(goroutineDump(), "crew.(*layer).wait(")
+		return len(got) > 0 || strings.Contains(leak.Dump(), "crew.(*layer).wait(")
 	})
 	close(release)
 	var v any

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
-	"os"
 	"runtime"
 	"strings"
 	"sync"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gocrew/crew/internal/leak"
+	"github.com/gocrew/crew/internal/stress"
 )
 
 // Engine-level stress tests: they drive an Engine directly and check its
@@ -20,24 +20,6 @@ import (
 // while it runs and once it has stopped. Bounded in time like the pool's
 // stress tests: about 2 s each by default, 30 s with CREW_STRESS=long, none
 // with -short or CREW_STRESS=off.
-
-func stStressBudget(t *testing.T) time.Duration {
-	t.Helper()
-	switch mode := strings.ToLower(os.Getenv("CREW_STRESS")); {
-	case testing.Short():
-		t.Skip("stress test: skipped with -short")
-	case mode == "off":
-		t.Skip("stress test: CREW_STRESS=off")
-	case mode == "long":
-		return 30 * time.Second
-	}
-	return 2 * time.Second
-}
-
-func stDump() string {
-	buf := make([]byte, 1<<20)
-	return string(buf[:runtime.Stack(buf, true)])
-}
 
 // stWithin runs f and fails the test with a goroutine dump if it does not
 // return within d.
@@ -49,7 +31,7 @@ func stWithin(t *testing.T, d time.Duration, what string, f func()) bool {
 	case <-done:
 		return true
 	case <-time.After(d):
-		t.Errorf("%s did not return within %v; goroutines:\n\n%s", what, d, stDump())
+		t.Errorf("%s did not return within %v; goroutines:\n\n%s", what, d, leak.Dump())
 		return false
 	}
 }
@@ -292,7 +274,7 @@ func stRunRound(t *testing.T, seed uint64, tasks, producers, limit, queue int, g
 
 func TestEngineStress(t *testing.T) {
 	leak.Check(t)
-	budget := stStressBudget(t)
+	budget := stress.Budget(t)
 	tasks, producers := 500_000, 500
 	if stRaceEnabled {
 		tasks, producers = 50_000, 200
@@ -328,7 +310,7 @@ func TestEngineStress(t *testing.T) {
 // once in a thousand rounds).
 func TestEngineStressChainedTasks(t *testing.T) {
 	leak.Check(t)
-	budget := stStressBudget(t)
+	budget := stress.Budget(t)
 	const links, producers, filler = 60, 4, 50
 	start := time.Now()
 	rounds := 0
@@ -393,7 +375,7 @@ func TestEngineParkLooksAtBusyShards(t *testing.T) {
 	// lock in park (it looks at every shard).
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		d := stDump()
+		d := leak.Dump()
 		if strings.Contains(d, "[select") && strings.Contains(d, ").park(") ||
 			strings.Contains(d, "[sync.Mutex.Lock") && strings.Contains(d, ").park(") {
 			break

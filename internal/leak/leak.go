@@ -6,7 +6,6 @@
 package leak
 
 import (
-	"bytes"
 	"runtime"
 	"strings"
 	"testing"
@@ -57,20 +56,20 @@ func ignored(g string) bool {
 }
 
 func stacks() []string {
+	return strings.Split(Dump(), "\n\n")
+}
+
+// Dump returns the stacks of every goroutine, for a test that fails
+// because something did not return in time.
+func Dump() string {
 	buf := make([]byte, 1<<20)
 	for {
 		n := runtime.Stack(buf, true)
 		if n < len(buf) {
-			buf = buf[:n]
-			break
+			return string(buf[:n])
 		}
 		buf = make([]byte, 2*len(buf))
 	}
-	var gs []string
-	for _, g := range bytes.Split(buf, []byte("\n\n")) {
-		gs = append(gs, string(g))
-	}
-	return gs
 }
 
 func ids(gs []string) map[string]bool {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"iter"
 	"math/rand/v2"
-	"os"
 	"runtime"
 	"strconv"
 	"strings"
@@ -18,89 +17,124 @@ import (
 	"github.com/gocrew/crew"
 	"github.com/gocrew/crew/batch"
 	"github.com/gocrew/crew/internal/leak"
+	"github.com/gocrew/crew/internal/stress"
 )
 
-// Randomized stress of the layers (Keyed, Priority, RateLimited), the
-// groups (Group, ResultGroup, Stream, MapErrSeq, ForEachSeq) and a
-// batch.Batcher WithPool, all on one small pool, across many short rounds
-// with random parameters, with tasks that return, fail, panic, call
-// runtime.Goexit, block briefly or submit more work from inside, and
-// concurrent Stop, Shutdown, Resize, Wait and Stats.
+// TestStressLayers runs randomized rounds on one small pool. Each round
+// draws its parameters from its seed (pool size, bounded or non-blocking
+// queue, idle timeout, a panic handler that may panic in turn, a
+// WithContext parent that may be cancelled) and puts on the pool at once:
+//   - plain Go, Submit, TrySubmit and SubmitCtx tasks;
+//   - Keyed k1 (sometimes WithKeyRate) and Priority q1 on the pool, and a
+//     RateLimited with Keyed k2 and Priority q2 on it, fed with Go and
+//     Submit;
+//   - Group, ResultGroup, Stream, MapErrSeq and ForEachSeq sessions, and
+//     groups made and waited for inside a task;
+//   - a batch.Batcher WithPool on the same pool.
 //
-//	go test -race -run TestZZ -count=1 .
+// Tasks return, fail, panic, call runtime.Goexit, sleep, wait for their
+// context, or submit more work from inside (to their own or another layer,
+// on their own key or one the producers use, to their group, to the
+// Batcher), and now and then Stop or Shutdown the pool from inside. Beside
+// them a goroutine calls Resize (growing and shrinking), Wait, the layers'
+// Waits and Stats. The round ends with a Stop, a Shutdown (short deadline,
+// or already cancelled), both at once, or, in graceful rounds, a Wait for
+// every layer before Stop.
 //
-// ZZ_SECONDS sets the budget (default 40 s); ZZ_SEED the first seed.
+// Checked, task by task: an accepted task runs at most once, and exactly
+// once unless it is reported dropped (each layer's Stats().Dropped counts
+// exactly its accepted tasks that did not run, a Submit task completes
+// with ErrDropped); a refused task never runs; a Submit task completes with
+// its own outcome (nil, its error, its panic, ErrGoexit); tasks of one key
+// never overlap and keep each producer's order; the RateLimited never
+// starts more tasks than its rate allows; Stop drops nothing that the pool
+// or k1 accepted (but for what their docs except), and a graceful round
+// nothing at all; a group's Wait returns nil only if each accepted task ran
+// and succeeded, ResultGroup and MapErrSeq results match their tasks, and
+// Stream callbacks run one at a time, in order, until the first failure;
+// every item the Batcher accepted is flushed or handed to its error handler
+// exactly once; and every Wait, Stop, Shutdown and Close returns (a hang
+// fails the round with the goroutines' stacks).
+//
+// Like the tests in stress_test.go it runs for about 2 s, 30 s with
+// CREW_STRESS=long, and not at all with -short or CREW_STRESS=off. A
+// failure names its round's seed; CREW_STRESS_SEED=n runs every round with
+// seed n (the same parameters and choices; the timing differs), which is
+// how to reproduce one. Names start with ls (layer stress).
+//
+//	go test -race -run TestStressLayers -count=1 -v .
+//	CREW_STRESS=long CREW_STRESS_SEED=1234 go test -race -run TestStressLayers -count=1 -v .
 
 const (
-	zzMaxRecs  = 1 << 13
-	zzMaxItems = 1 << 12
-	zzDeadline = 15 * time.Second
+	lsMaxRecs  = 1 << 13
+	lsMaxItems = 1 << 12
+	lsDeadline = 15 * time.Second
 )
 
-type zzBeh uint8
+type lsBeh uint8
 
 const (
-	zzRet zzBeh = iota
-	zzErr
-	zzPanic
-	zzGoexit
-	zzSleep
-	zzSpawn
-	zzCtx
+	lsRet lsBeh = iota
+	lsErr
+	lsPanic
+	lsGoexit
+	lsSleep
+	lsSpawn
+	lsCtx
 )
 
-var zzBehName = [...]string{"ret", "err", "panic", "goexit", "sleep", "spawn", "ctx"}
+var lsBehName = [...]string{"ret", "err", "panic", "goexit", "sleep", "spawn", "ctx"}
 
-type zzCat uint8
+type lsCat uint8
 
 const (
-	zcPoolGo zzCat = iota
-	zcPoolSubmit
-	zcPoolTry
-	zcPoolCtx
-	zcK1Go
-	zcK1Sub
-	zcK2Go
-	zcK2Sub
-	zcQ1Go
-	zcQ1Sub
-	zcQ2Go
-	zcQ2Sub
-	zcRLGo
-	zcRLSub
-	zcGroup  // Group, ResultGroup, Stream, MapErrSeq, ForEachSeq
-	zcNested // a group made and waited for inside a task
-	zcCount
+	lcPoolGo lsCat = iota
+	lcPoolSubmit
+	lcPoolTry
+	lcPoolCtx
+	lcK1Go
+	lcK1Sub
+	lcK2Go
+	lcK2Sub
+	lcQ1Go
+	lcQ1Sub
+	lcQ2Go
+	lcQ2Sub
+	lcRLGo
+	lcRLSub
+	lcGroup  // Group, ResultGroup, Stream, MapErrSeq, ForEachSeq
+	lcNested // a group made and waited for inside a task
+	lcCount
 )
 
-var zzCatName = [...]string{"pool.Go", "pool.Submit", "pool.TrySubmit", "pool.SubmitCtx",
+var lsCatName = [...]string{"pool.Go", "pool.Submit", "pool.TrySubmit", "pool.SubmitCtx",
 	"k1.Go", "k1.Submit", "k2.Go", "k2.Submit", "q1.Go", "q1.Submit", "q2.Go", "q2.Submit",
 	"rl.Go", "rl.Submit", "group", "nested"}
 
-func (c zzCat) submit() bool {
+func (c lsCat) submit() bool {
 	switch c {
-	case zcPoolSubmit, zcK1Sub, zcK2Sub, zcQ1Sub, zcQ2Sub, zcRLSub:
+	case lcPoolSubmit, lcK1Sub, lcK2Sub, lcQ1Sub, lcQ2Sub, lcRLSub:
 		return true
 	}
 	return false
 }
 
-func (c zzCat) layered() bool { return c >= zcK1Go && c <= zcRLSub }
+func (c lsCat) layered() bool { return c >= lcK1Go && c <= lcRLSub }
 
-func (c zzCat) viaRL() bool {
+func (c lsCat) viaRL() bool {
 	switch c {
-	case zcK2Go, zcK2Sub, zcQ2Go, zcQ2Sub, zcRLGo, zcRLSub:
+	case lcK2Go, lcK2Sub, lcQ2Go, lcQ2Sub, lcRLGo, lcRLSub:
 		return true
 	}
 	return false
 }
 
-type zzPanicVal struct {
+type lsPanicVal struct {
 	id      int
 	layered bool
 }
 
-var errZZ = errors.New("zz: task error")
+var errLS = errors.New("stress: task error")
 
 const (
 	stPending int32 = iota
@@ -108,17 +142,21 @@ const (
 	stRefused
 )
 
-type zzRec struct {
-	cat    zzCat
-	beh    zzBeh
-	cbBeh  zzBeh // Stream: zzRet (a callback), zzErr (none), zzPanic, zzGoexit
+type lsRec struct {
+	cat    lsCat
+	beh    lsBeh
+	cbBeh  lsBeh // Stream: lsRet (a callback), lsErr (none), lsPanic, lsGoexit
 	depth  int
 	nested bool // spawns only what never waits
+	// behind: a Keyed task submitted from inside a task on a key the
+	// producers use, which may queue behind their first Go of the key; if
+	// Stop refuses that Go, Stop drops it.
+	behind bool
 	key    string
 	prod   int64
 	pseq   int64
 	sleep  time.Duration
-	sess   *zzSess
+	sess   *lsSess
 
 	runs   atomic.Int32
 	status atomic.Int32
@@ -126,26 +164,26 @@ type zzRec struct {
 	subErr error // the error a Go-like call returned
 }
 
-type zzSess struct {
+type lsSess struct {
 	g    *crew.Group // plain groups: tasks may Go more into it
 	done atomic.Bool
 	mu   sync.Mutex
 	ids  []int
 }
 
-func (s *zzSess) add(id int) {
+func (s *lsSess) add(id int) {
 	s.mu.Lock()
 	s.ids = append(s.ids, id)
 	s.mu.Unlock()
 }
 
-type zzKey struct {
+type lsKey struct {
 	running atomic.Int32
 	mu      sync.Mutex
 	last    map[int64]int64
 }
 
-type zzRound struct {
+type lsRound struct {
 	t        *testing.T
 	seed     uint64
 	p        *crew.Pool
@@ -166,24 +204,27 @@ type zzRound struct {
 	rlStarts atomic.Int64
 
 	b           *batch.Batcher[int]
+	bCloseMu    sync.Mutex
 	bClosed     atomic.Bool
+	bGaveUp     atomic.Bool   // a Close gave up: flush calls may still run, on the Batcher's goroutines
+	bProgress   chan struct{} // signalled when an item is flushed or handed over
 	itemNext    atomic.Int64
 	itemAcc     []atomic.Bool
 	itemFlushed []atomic.Int32
 	itemHanded  []atomic.Int32
 	flushCalls  atomic.Int64
 
-	recs    []zzRec
-	next    atomic.Int64
-	keyMu   sync.Mutex
-	keys    map[string]*zzKey
-	handled atomic.Int64
+	recs  []lsRec
+	next  atomic.Int64
+	keyMu sync.Mutex
+	keys  map[string]*lsKey
 
 	keyRate      bool // k1 WithKeyRate
 	parentCancel context.CancelFunc
 	parentDone   atomic.Bool // the pool's WithContext parent was cancelled
 	stopping     atomic.Bool
 	innerStop    atomic.Bool
+	graceful     bool // waits for every layer before Stop (modes 0 and 1)
 	failed       atomic.Bool
 	errMu        sync.Mutex
 	dumped       bool
@@ -191,7 +232,7 @@ type zzRound struct {
 	logMu        sync.Mutex
 }
 
-func (r *zzRound) note(format string, args ...any) {
+func (r *lsRound) note(format string, args ...any) {
 	r.logMu.Lock()
 	if len(r.log) < 200 {
 		r.log = append(r.log, fmt.Sprintf(format, args...))
@@ -199,27 +240,27 @@ func (r *zzRound) note(format string, args ...any) {
 	r.logMu.Unlock()
 }
 
-func (r *zzRound) errorf(format string, args ...any) {
+func (r *lsRound) errorf(format string, args ...any) {
 	r.failed.Store(true)
 	r.t.Errorf("seed %d: "+format, append([]any{r.seed}, args...)...)
 }
 
-func (r *zzRound) hang(what string) {
+func (r *lsRound) hang(what string) {
 	r.errMu.Lock()
 	dump := !r.dumped
 	r.dumped = true
 	r.errMu.Unlock()
 	if dump {
-		r.errorf("%s did not return within %v; goroutines:\n\n%s", what, zzDeadline, goroutineDump())
+		r.errorf("%s did not return within %v; goroutines:\n\n%s", what, lsDeadline, leak.Dump())
 	} else {
-		r.errorf("%s did not return within %v", what, zzDeadline)
+		r.errorf("%s did not return within %v", what, lsDeadline)
 	}
 }
 
 // guard runs f on a goroutine of its own, which a task run there may end
 // with runtime.Goexit; it reports whether f returned, and fails the round
 // if f hangs.
-func (r *zzRound) guard(what string, f func()) bool {
+func (r *lsRound) guard(what string, f func()) bool {
 	done := make(chan bool, 1)
 	go func() {
 		ok := false
@@ -230,7 +271,7 @@ func (r *zzRound) guard(what string, f func()) bool {
 	select {
 	case ok := <-done:
 		return ok
-	case <-time.After(zzDeadline):
+	case <-time.After(lsDeadline):
 		r.hang(what)
 		return false
 	}
@@ -238,7 +279,7 @@ func (r *zzRound) guard(what string, f func()) bool {
 
 // guardRetry calls f until it returns (a goroutine that ran a task calling
 // Goexit ends; the call is made again on another).
-func (r *zzRound) guardRetry(what string, f func()) bool {
+func (r *lsRound) guardRetry(what string, f func()) bool {
 	for range 50 {
 		if r.guard(what, f) {
 			return true
@@ -251,66 +292,66 @@ func (r *zzRound) guardRetry(what string, f func()) bool {
 	return false
 }
 
-func (r *zzRound) keyState(k string) *zzKey {
+func (r *lsRound) keyState(k string) *lsKey {
 	r.keyMu.Lock()
 	defer r.keyMu.Unlock()
 	ks := r.keys[k]
 	if ks == nil {
-		ks = &zzKey{last: map[int64]int64{}}
+		ks = &lsKey{last: map[int64]int64{}}
 		r.keys[k] = ks
 	}
 	return ks
 }
 
 // newRec returns a new record's id, or -1 when the round has made enough.
-func (r *zzRound) newRec(cat zzCat, beh zzBeh, depth int) int {
+func (r *lsRound) newRec(cat lsCat, beh lsBeh, depth int) int {
 	id := int(r.next.Add(1) - 1)
-	if id >= zzMaxRecs {
+	if id >= lsMaxRecs {
 		return -1
 	}
 	rec := &r.recs[id]
 	rec.cat, rec.beh, rec.depth = cat, beh, depth
-	if beh == zzSleep {
+	if beh == lsSleep {
 		rec.sleep = time.Duration(rand.IntN(300)) * time.Microsecond
 	}
 	return id
 }
 
-func (r *zzRound) pickBeh(rng *rand.Rand, depth int, goexit bool) zzBeh {
+func (r *lsRound) pickBeh(rng *rand.Rand, depth int, goexit bool) lsBeh {
 	x := rng.IntN(100)
 	switch {
 	case x < 30:
-		return zzRet
+		return lsRet
 	case x < 40:
-		return zzErr
+		return lsErr
 	case x < 50:
-		return zzPanic
+		return lsPanic
 	case x < 54:
 		if goexit {
-			return zzGoexit
+			return lsGoexit
 		}
-		return zzRet
+		return lsRet
 	case x < 70:
-		return zzSleep
+		return lsSleep
 	case x < 88:
 		if depth < 2 {
-			return zzSpawn
+			return lsSpawn
 		}
-		return zzRet
+		return lsRet
 	case x < 93:
-		return zzCtx
+		return lsCtx
 	}
-	return zzRet
+	return lsRet
 }
 
 // body is every task's function.
-func (r *zzRound) body(id int, ctx context.Context) error {
+func (r *lsRound) body(id int, ctx context.Context) error {
 	rec := &r.recs[id]
 	if n := rec.runs.Add(1); n != 1 {
-		r.errorf("task %d (%s) ran %d times", id, zzCatName[rec.cat], n)
+		r.errorf("task %d (%s) ran %d times", id, lsCatName[rec.cat], n)
 	}
 	if rec.sess != nil && rec.sess.done.Load() {
-		r.errorf("task %d (%s) started after its group's Wait returned", id, zzCatName[rec.cat])
+		r.errorf("task %d (%s) started after its group's Wait returned", id, lsCatName[rec.cat])
 	}
 	if rec.cat.viaRL() {
 		r.rlStarts.Add(1)
@@ -332,17 +373,17 @@ func (r *zzRound) body(id int, ctx context.Context) error {
 		ctx = r.p.Context()
 	}
 	switch rec.beh {
-	case zzErr:
-		return errZZ
-	case zzPanic:
-		panic(zzPanicVal{id, rec.cat.layered()})
-	case zzGoexit:
+	case lsErr:
+		return errLS
+	case lsPanic:
+		panic(lsPanicVal{id, rec.cat.layered()})
+	case lsGoexit:
 		runtime.Goexit()
-	case zzSleep:
+	case lsSleep:
 		time.Sleep(rec.sleep)
-	case zzSpawn:
+	case lsSpawn:
 		r.spawn(id, ctx)
-	case zzCtx:
+	case lsCtx:
 		t := time.NewTimer(time.Millisecond)
 		select {
 		case <-ctx.Done():
@@ -355,47 +396,47 @@ func (r *zzRound) body(id int, ctx context.Context) error {
 
 // submit hands record id to its category's entry point and records whether
 // it was accepted (Go-like calls; Submit tasks are judged by their Task).
-func (r *zzRound) submit(id int) {
+func (r *lsRound) submit(id int) {
 	rec := &r.recs[id]
 	var err error
 	fn := func() { r.body(id, nil) }
 	tf := func(ctx context.Context) error { return r.body(id, ctx) }
 	var t *crew.Task
 	switch rec.cat {
-	case zcPoolGo:
+	case lcPoolGo:
 		err = r.p.Go(fn)
-	case zcPoolSubmit:
+	case lcPoolSubmit:
 		t = r.p.Submit(tf)
-	case zcPoolTry:
+	case lcPoolTry:
 		if !r.p.TrySubmit(fn) {
 			err = crew.ErrQueueFull
 		}
-	case zcPoolCtx:
+	case lcPoolCtx:
 		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(rand.IntN(500))*time.Microsecond)
 		err = r.p.SubmitCtx(ctx, fn)
 		cancel()
-	case zcK1Go:
+	case lcK1Go:
 		err = r.k1.Go(rec.key, fn)
-	case zcK1Sub:
+	case lcK1Sub:
 		t = r.k1.Submit(rec.key, tf)
-	case zcK2Go:
+	case lcK2Go:
 		err = r.k2.Go(rec.key, fn)
-	case zcK2Sub:
+	case lcK2Sub:
 		t = r.k2.Submit(rec.key, tf)
-	case zcQ1Go:
+	case lcQ1Go:
 		err = r.q1.Go(int(rec.pseq), fn)
-	case zcQ1Sub:
+	case lcQ1Sub:
 		t = r.q1.Submit(int(rec.pseq), tf)
-	case zcQ2Go:
+	case lcQ2Go:
 		err = r.q2.Go(int(rec.pseq), fn)
-	case zcQ2Sub:
+	case lcQ2Sub:
 		t = r.q2.Submit(int(rec.pseq), tf)
-	case zcRLGo:
+	case lcRLGo:
 		err = r.rl.Go(fn)
-	case zcRLSub:
+	case lcRLSub:
 		t = r.rl.Submit(tf)
 	default:
-		panic("zz: bad category")
+		panic("stress: bad category")
 	}
 	if t != nil {
 		rec.task.Store(t)
@@ -409,12 +450,12 @@ func (r *zzRound) submit(id int) {
 		rec.status.Store(stRefused)
 	default:
 		rec.status.Store(stRefused)
-		r.errorf("%s of task %d: unexpected error %v", zzCatName[rec.cat], id, err)
+		r.errorf("%s of task %d: unexpected error %v", lsCatName[rec.cat], id, err)
 	}
 }
 
 // spawn submits one or two more tasks from inside task parent.
-func (r *zzRound) spawn(parent int, ctx context.Context) {
+func (r *lsRound) spawn(parent int, ctx context.Context) {
 	prec := &r.recs[parent]
 	rng := rand.New(rand.NewPCG(r.seed, uint64(parent)))
 	n := 1 + rng.IntN(2)
@@ -425,28 +466,28 @@ func (r *zzRound) spawn(parent int, ctx context.Context) {
 		if prec.nested {
 			// Inside a group waited for inside a task: only what never
 			// waits for room.
-			var cat zzCat
+			var cat lsCat
 			switch x % 3 {
 			case 0:
-				cat = zcPoolTry
+				cat = lcPoolTry
 			case 1:
 				if r.rl == nil {
-					cat = zcPoolTry
+					cat = lcPoolTry
 				} else {
-					cat = zcRLGo
+					cat = lcRLGo
 				}
 			default:
 				if r.k2 == nil {
-					cat = zcPoolTry
+					cat = lcPoolTry
 				} else {
-					cat = zcK2Go
+					cat = lcK2Go
 				}
 			}
 			id := r.newRec(cat, beh, d)
 			if id < 0 {
 				return
 			}
-			if cat == zcK2Go {
+			if cat == lcK2Go {
 				r.recs[id].key = "k2/p" + strconv.Itoa(parent)
 				r.recs[id].prod = int64(-1 - parent)
 				r.recs[id].pseq = int64(i)
@@ -455,12 +496,12 @@ func (r *zzRound) spawn(parent int, ctx context.Context) {
 			continue
 		}
 		switch {
-		case x < 30 && prec.cat != zcGroup && prec.cat != zcNested && prec.cat != zcPoolCtx && prec.cat != zcPoolTry:
+		case x < 30 && prec.cat != lcGroup && prec.cat != lcNested && prec.cat != lcPoolCtx && prec.cat != lcPoolTry:
 			// The same layer (or pool).
 			r.spawnSame(parent, i, beh, d, rng)
 		case x < 40 && prec.sess != nil && prec.sess.g != nil:
 			// The same group.
-			id := r.newRec(zcGroup, beh, d)
+			id := r.newRec(lcGroup, beh, d)
 			if id < 0 {
 				return
 			}
@@ -480,7 +521,7 @@ func (r *zzRound) spawn(parent int, ctx context.Context) {
 			r.nestedGroup(parent, rng, d, ctx)
 		case x < 55 && r.b != nil:
 			it := int(r.itemNext.Add(1) - 1)
-			if it < zzMaxItems {
+			if it < lsMaxItems {
 				// TryAdd runs the flush itself when the pool refuses the
 				// flusher (stopped, or full WithNonBlocking); flush does
 				// not call Goexit under a task's body (see flush).
@@ -488,11 +529,11 @@ func (r *zzRound) spawn(parent int, ctx context.Context) {
 					r.itemAcc[it].Store(true)
 				}
 			}
-		case x == 55 && rng.IntN(8) == 0 && r.innerStopOK():
+		case x == 55 && rng.IntN(8) == 0:
 			r.innerStop.Store(true)
 			r.note("task %d: Stop from inside", parent)
 			r.p.Stop()
-		case x == 56 && rng.IntN(8) == 0 && r.innerStopOK():
+		case x == 56 && rng.IntN(8) == 0:
 			r.innerStop.Store(true)
 			r.note("task %d: Shutdown from inside", parent)
 			// On a worker: ErrInsideTask; on a goroutine that helps a
@@ -506,16 +547,7 @@ func (r *zzRound) spawn(parent int, ctx context.Context) {
 	}
 }
 
-// innerStopOK: a Stop from inside a task leaves a Keyed or Priority on a
-// RateLimited counting the steps the RateLimited dropped until the pool is
-// stopped from outside (found by this test, zz_min_rl_test.go), so the
-// graceful rounds' Waits would hang: only without a RateLimited, unless
-// ZZ_INNER_STOP_RL=1.
-func (r *zzRound) innerStopOK() bool {
-	return r.rl == nil || os.Getenv("ZZ_INNER_STOP_RL") == "1"
-}
-
-func (r *zzRound) spawnSame(parent, i int, beh zzBeh, d int, rng *rand.Rand) {
+func (r *lsRound) spawnSame(parent, i int, beh lsBeh, d int, rng *rand.Rand) {
 	prec := &r.recs[parent]
 	cat := prec.cat
 	id := r.newRec(cat, beh, d)
@@ -524,26 +556,26 @@ func (r *zzRound) spawnSame(parent, i int, beh zzBeh, d int, rng *rand.Rand) {
 	}
 	rec := &r.recs[id]
 	switch cat {
-	case zcK1Go, zcK1Sub, zcK2Go, zcK2Sub:
+	case lcK1Go, lcK1Sub, lcK2Go, lcK2Sub:
 		if rng.IntN(2) == 0 {
-			cat = [2]zzCat{zcK1Go, zcK2Go}[(cat-zcK1Go)/2]
+			cat = [2]lsCat{lcK1Go, lcK2Go}[(cat-lcK1Go)/2]
 		} else {
-			cat = [2]zzCat{zcK1Sub, zcK2Sub}[(cat-zcK1Go)/2]
+			cat = [2]lsCat{lcK1Sub, lcK2Sub}[(cat-lcK1Go)/2]
 		}
 		rec.cat = cat
 		rec.key = prec.key // its own key: busy, so Go only appends
 		rec.prod = int64(-1 - parent)
 		rec.pseq = int64(i)
-	case zcQ1Go, zcQ1Sub, zcQ2Go, zcQ2Sub:
+	case lcQ1Go, lcQ1Sub, lcQ2Go, lcQ2Sub:
 		rec.pseq = int64(rng.IntN(7) - 3)
 	}
 	r.submit(id)
 }
 
-func (r *zzRound) spawnOther(parent, i int, beh zzBeh, d int, rng *rand.Rand) {
-	cats := []zzCat{zcPoolGo, zcPoolSubmit, zcPoolTry, zcPoolCtx, zcK1Go, zcK1Sub, zcQ1Go, zcQ1Sub}
+func (r *lsRound) spawnOther(parent, i int, beh lsBeh, d int, rng *rand.Rand) {
+	cats := []lsCat{lcPoolGo, lcPoolSubmit, lcPoolTry, lcPoolCtx, lcK1Go, lcK1Sub, lcQ1Go, lcQ1Sub}
 	if r.rl != nil {
-		cats = append(cats, zcK2Go, zcK2Sub, zcQ2Go, zcQ2Sub, zcRLGo, zcRLSub)
+		cats = append(cats, lcK2Go, lcK2Sub, lcQ2Go, lcQ2Sub, lcRLGo, lcRLSub)
 	}
 	cat := cats[rng.IntN(len(cats))]
 	id := r.newRec(cat, beh, d)
@@ -552,13 +584,21 @@ func (r *zzRound) spawnOther(parent, i int, beh zzBeh, d int, rng *rand.Rand) {
 	}
 	rec := &r.recs[id]
 	switch cat {
-	case zcK1Go, zcK1Sub:
-		// A key of its own: a first Go from inside a task must not race a
-		// first Go from outside (a known bug).
-		rec.key = "k1/p" + strconv.Itoa(parent)
-	case zcK2Go, zcK2Sub:
-		rec.key = "k2/p" + strconv.Itoa(parent)
-	case zcQ1Go, zcQ1Sub, zcQ2Go, zcQ2Sub:
+	case lcK1Go, lcK1Sub, lcK2Go, lcK2Sub:
+		// A key of its own, or one the producers use: a first Go from
+		// inside a task may then meet a first Go from outside waiting for
+		// room.
+		pre := "k1/"
+		if cat >= lcK2Go {
+			pre = "k2/"
+		}
+		if rng.IntN(2) == 0 {
+			rec.key = pre + string(rune('a'+rng.IntN(3)))
+			rec.behind = true
+		} else {
+			rec.key = pre + "p" + strconv.Itoa(parent)
+		}
+	case lcQ1Go, lcQ1Sub, lcQ2Go, lcQ2Sub:
 		rec.pseq = int64(rng.IntN(7) - 3)
 	}
 	if rec.key != "" {
@@ -569,14 +609,14 @@ func (r *zzRound) spawnOther(parent, i int, beh zzBeh, d int, rng *rand.Rand) {
 }
 
 // nestedGroup makes a group inside task parent and waits for it there.
-func (r *zzRound) nestedGroup(parent int, rng *rand.Rand, d int, ctx context.Context) {
-	s := &zzSess{}
+func (r *lsRound) nestedGroup(parent int, rng *rand.Rand, d int, ctx context.Context) {
+	s := &lsSess{}
 	g := crew.NewGroup(context.Background(), r.p, r.groupOpts(rng)...)
 	n := 1 + rng.IntN(3)
 	var ids []int
 	for range n {
 		beh := r.pickBeh(rng, d, false)
-		id := r.newRec(zcNested, beh, d)
+		id := r.newRec(lcNested, beh, d)
 		if id < 0 {
 			break
 		}
@@ -597,7 +637,7 @@ func (r *zzRound) nestedGroup(parent int, rng *rand.Rand, d int, ctx context.Con
 	r.checkGroupRan("nested group", ids, err)
 }
 
-func (r *zzRound) groupOpts(rng *rand.Rand) []crew.GroupOption {
+func (r *lsRound) groupOpts(rng *rand.Rand) []crew.GroupOption {
 	var opts []crew.GroupOption
 	if rng.IntN(2) == 0 {
 		opts = append(opts, crew.WithLimit(1+rng.IntN(3)))
@@ -613,7 +653,7 @@ func (r *zzRound) groupOpts(rng *rand.Rand) []crew.GroupOption {
 
 // checkGroupRan: a group whose Wait returned nil ran every accepted task
 // exactly once; none ran twice anyway.
-func (r *zzRound) checkGroupRan(what string, ids []int, err error) {
+func (r *lsRound) checkGroupRan(what string, ids []int, err error) {
 	for _, id := range ids {
 		rec := &r.recs[id]
 		runs := rec.runs.Load()
@@ -624,17 +664,17 @@ func (r *zzRound) checkGroupRan(what string, ids []int, err error) {
 			r.errorf("%s: task %d refused but ran", what, id)
 		}
 		if err == nil && rec.status.Load() == stAccepted && runs != 1 {
-			r.errorf("%s: Wait returned nil, but accepted task %d (%s) ran %d times", what, id, zzBehName[rec.beh], runs)
+			r.errorf("%s: Wait returned nil, but accepted task %d (%s) ran %d times", what, id, lsBehName[rec.beh], runs)
 		}
-		if err == nil && runs == 1 && (rec.beh == zzErr || rec.beh == zzPanic || rec.beh == zzGoexit) {
-			r.errorf("%s: Wait returned nil, but task %d ran with %s", what, id, zzBehName[rec.beh])
+		if err == nil && runs == 1 && (rec.beh == lsErr || rec.beh == lsPanic || rec.beh == lsGoexit) {
+			r.errorf("%s: Wait returned nil, but task %d ran with %s", what, id, lsBehName[rec.beh])
 		}
 	}
 }
 
 // ---- outside producers ----
 
-func (r *zzRound) produce(prod int, ops int) {
+func (r *lsRound) produce(prod int, ops int) {
 	rng := rand.New(rand.NewPCG(r.seed, uint64(1000+prod)))
 	pseq := map[string]int64{}
 	for range ops {
@@ -647,9 +687,9 @@ func (r *zzRound) produce(prod int, ops int) {
 		x := rng.IntN(100)
 		switch {
 		case x < 50:
-			cats := []zzCat{zcPoolGo, zcPoolSubmit, zcPoolTry, zcPoolCtx, zcK1Go, zcK1Sub, zcK1Go, zcK1Sub, zcQ1Go, zcQ1Sub}
+			cats := []lsCat{lcPoolGo, lcPoolSubmit, lcPoolTry, lcPoolCtx, lcK1Go, lcK1Sub, lcK1Go, lcK1Sub, lcQ1Go, lcQ1Sub}
 			if r.rl != nil {
-				cats = append(cats, zcK2Go, zcK2Sub, zcK2Go, zcK2Sub, zcQ2Go, zcQ2Sub, zcRLGo, zcRLSub)
+				cats = append(cats, lcK2Go, lcK2Sub, lcK2Go, lcK2Sub, lcQ2Go, lcQ2Sub, lcRLGo, lcRLSub)
 			}
 			cat := cats[rng.IntN(len(cats))]
 			id := r.newRec(cat, r.pickBeh(rng, 0, true), 0)
@@ -658,16 +698,16 @@ func (r *zzRound) produce(prod int, ops int) {
 			}
 			rec := &r.recs[id]
 			switch cat {
-			case zcK1Go, zcK1Sub, zcK2Go, zcK2Sub:
+			case lcK1Go, lcK1Sub, lcK2Go, lcK2Sub:
 				pre := "k1/"
-				if cat >= zcK2Go {
+				if cat >= lcK2Go {
 					pre = "k2/"
 				}
 				rec.key = pre + string(rune('a'+rng.IntN(3)))
 				rec.prod = int64(prod)
 				rec.pseq = pseq[rec.key]
 				pseq[rec.key]++
-			case zcQ1Go, zcQ1Sub, zcQ2Go, zcQ2Sub:
+			case lcQ1Go, lcQ1Sub, lcQ2Go, lcQ2Sub:
 				rec.pseq = int64(rng.IntN(7) - 3)
 			}
 			r.submit(id)
@@ -687,22 +727,22 @@ func (r *zzRound) produce(prod int, ops int) {
 	}
 }
 
-func (r *zzRound) groupCtx(rng *rand.Rand) (context.Context, context.CancelFunc) {
+func (r *lsRound) groupCtx(rng *rand.Rand) (context.Context, context.CancelFunc) {
 	if rng.IntN(6) == 0 {
 		return context.WithTimeout(context.Background(), time.Duration(rng.IntN(500))*time.Microsecond)
 	}
 	return context.WithCancel(context.Background())
 }
 
-func (r *zzRound) groupSession(rng *rand.Rand) {
+func (r *lsRound) groupSession(rng *rand.Rand) {
 	ctx, cancel := r.groupCtx(rng)
 	defer cancel()
-	s := &zzSess{}
+	s := &lsSess{}
 	g := crew.NewGroup(ctx, r.p, r.groupOpts(rng)...)
 	s.g = g
 	n := rng.IntN(8)
 	for range n {
-		id := r.newRec(zcGroup, r.pickBeh(rng, 0, true), 0)
+		id := r.newRec(lcGroup, r.pickBeh(rng, 0, true), 0)
 		if id < 0 {
 			break
 		}
@@ -731,16 +771,16 @@ func (r *zzRound) groupSession(rng *rand.Rand) {
 	}
 }
 
-func (r *zzRound) resultSession(rng *rand.Rand) {
+func (r *lsRound) resultSession(rng *rand.Rand) {
 	ctx, cancel := r.groupCtx(rng)
 	defer cancel()
-	s := &zzSess{}
+	s := &lsSess{}
 	g := crew.NewResultGroup[int](ctx, r.p, r.groupOpts(rng)...)
 	var ids []int // accepted, in order
 	var all []int
 	n := rng.IntN(8)
 	for range n {
-		id := r.newRec(zcGroup, r.pickBeh(rng, 0, true), 0)
+		id := r.newRec(lcGroup, r.pickBeh(rng, 0, true), 0)
 		if id < 0 {
 			break
 		}
@@ -770,11 +810,11 @@ func (r *zzRound) resultSession(rng *rand.Rand) {
 	for i, id := range ids {
 		rec := &r.recs[id]
 		want := 0
-		if rec.runs.Load() == 1 && rec.beh != zzPanic && rec.beh != zzGoexit {
+		if rec.runs.Load() == 1 && rec.beh != lsPanic && rec.beh != lsGoexit {
 			want = id + 1
 		}
 		if res[i] != want {
-			r.errorf("ResultGroup: result %d = %d, want %d (task %d, %s, ran %d)", i, res[i], want, id, zzBehName[rec.beh], rec.runs.Load())
+			r.errorf("ResultGroup: result %d = %d, want %d (task %d, %s, ran %d)", i, res[i], want, id, lsBehName[rec.beh], rec.runs.Load())
 		}
 	}
 	if ctx.Err() == nil {
@@ -782,10 +822,10 @@ func (r *zzRound) resultSession(rng *rand.Rand) {
 	}
 }
 
-func (r *zzRound) streamSession(rng *rand.Rand) {
+func (r *lsRound) streamSession(rng *rand.Rand) {
 	ctx, cancel := r.groupCtx(rng)
 	defer cancel()
-	s := &zzSess{}
+	s := &lsSess{}
 	st := crew.NewStream(ctx, r.p, r.groupOpts(rng)...)
 	var inCb atomic.Int32
 	var cbMu sync.Mutex
@@ -793,7 +833,7 @@ func (r *zzRound) streamSession(rng *rand.Rand) {
 	var ids []int // accepted, in stream order
 	n := rng.IntN(10)
 	for range n {
-		id := r.newRec(zcGroup, r.pickBeh(rng, 0, true), 0)
+		id := r.newRec(lcGroup, r.pickBeh(rng, 0, true), 0)
 		if id < 0 {
 			break
 		}
@@ -801,18 +841,18 @@ func (r *zzRound) streamSession(rng *rand.Rand) {
 		rec.sess = s
 		switch x := rng.IntN(100); {
 		case x < 75:
-			rec.cbBeh = zzRet
+			rec.cbBeh = lsRet
 		case x < 88:
-			rec.cbBeh = zzErr // no callback
+			rec.cbBeh = lsErr // no callback
 		case x < 97:
-			rec.cbBeh = zzPanic
+			rec.cbBeh = lsPanic
 		default:
-			rec.cbBeh = zzGoexit
+			rec.cbBeh = lsGoexit
 		}
 		seq := len(ids)
 		task := func(ctx context.Context) func() {
 			r.body(id, ctx)
-			if rec.cbBeh == zzErr {
+			if rec.cbBeh == lsErr {
 				return nil
 			}
 			return func() {
@@ -827,9 +867,9 @@ func (r *zzRound) streamSession(rng *rand.Rand) {
 				cbSeqs = append(cbSeqs, seq)
 				cbMu.Unlock()
 				switch rec.cbBeh {
-				case zzPanic:
+				case lsPanic:
 					panic("callback")
-				case zzGoexit:
+				case lsGoexit:
 					runtime.Goexit()
 				}
 			}
@@ -844,7 +884,7 @@ func (r *zzRound) streamSession(rng *rand.Rand) {
 		}
 		if err != nil {
 			rec.status.Store(stRefused)
-			if !errors.Is(err, crew.ErrStopped) && ctx.Err() == nil && err != errZZ && !errors.Is(err, crew.ErrGoexit) &&
+			if !errors.Is(err, crew.ErrStopped) && ctx.Err() == nil && err != errLS && !errors.Is(err, crew.ErrGoexit) &&
 				!(r.parentDone.Load() && errors.Is(err, context.Canceled)) {
 				var pe *crew.PanicError
 				if !errors.As(err, &pe) {
@@ -865,14 +905,14 @@ func (r *zzRound) streamSession(rng *rand.Rand) {
 	var want []int
 	for i, id := range ids {
 		rec := &r.recs[id]
-		if rec.runs.Load() != 1 || rec.beh == zzPanic || rec.beh == zzGoexit {
+		if rec.runs.Load() != 1 || rec.beh == lsPanic || rec.beh == lsGoexit {
 			break
 		}
-		if rec.cbBeh == zzErr {
+		if rec.cbBeh == lsErr {
 			continue
 		}
 		want = append(want, i)
-		if rec.cbBeh == zzPanic || rec.cbBeh == zzGoexit {
+		if rec.cbBeh == lsPanic || rec.cbBeh == lsGoexit {
 			break
 		}
 	}
@@ -883,13 +923,13 @@ func (r *zzRound) streamSession(rng *rand.Rand) {
 		var desc []string
 		for i, id := range ids {
 			rec := &r.recs[id]
-			desc = append(desc, fmt.Sprintf("%d:%s/ran%d/cb-%s", i, zzBehName[rec.beh], rec.runs.Load(), zzBehName[rec.cbBeh]))
+			desc = append(desc, fmt.Sprintf("%d:%s/ran%d/cb-%s", i, lsBehName[rec.beh], rec.runs.Load(), lsBehName[rec.cbBeh]))
 		}
 		r.errorf("Stream: callbacks ran for %v, want %v; tasks %v; Wait = %v", got, want, desc, err)
 	}
 }
 
-func (r *zzRound) seqSession(rng *rand.Rand) {
+func (r *lsRound) seqSession(rng *rand.Rand) {
 	ctx, cancel := r.groupCtx(rng)
 	defer cancel()
 	n := rng.IntN(10)
@@ -897,11 +937,11 @@ func (r *zzRound) seqSession(rng *rand.Rand) {
 	if rng.IntN(6) == 0 {
 		panicAt = rng.IntN(n + 1)
 	}
-	s := &zzSess{}
+	s := &lsSess{}
 	base := -1
 	var ids []int
 	for range n {
-		id := r.newRec(zcGroup, r.pickBeh(rng, 0, true), 0)
+		id := r.newRec(lcGroup, r.pickBeh(rng, 0, true), 0)
 		if id < 0 {
 			return
 		}
@@ -916,7 +956,7 @@ func (r *zzRound) seqSession(rng *rand.Rand) {
 	seq := iter.Seq[int](func(yield func(int) bool) {
 		for i := range n {
 			if i == panicAt {
-				panic("zz iterator")
+				panic("stress: iterator")
 			}
 			pulled.Add(1)
 			r.recs[ids[i]].status.Store(stAccepted)
@@ -925,7 +965,7 @@ func (r *zzRound) seqSession(rng *rand.Rand) {
 			}
 		}
 		if n == panicAt {
-			panic("zz iterator")
+			panic("stress: iterator")
 		}
 	})
 	mapErr := rng.IntN(2) == 0
@@ -951,7 +991,7 @@ func (r *zzRound) seqSession(rng *rand.Rand) {
 	}
 	s.done.Store(true)
 	if pv != nil {
-		if pv != "zz iterator" {
+		if pv != "stress: iterator" {
 			r.errorf("MapErrSeq/ForEachSeq panicked with %v", pv)
 		}
 		return
@@ -964,11 +1004,11 @@ func (r *zzRound) seqSession(rng *rand.Rand) {
 		for i := range out {
 			rec := &r.recs[ids[i]]
 			want := 0
-			if rec.runs.Load() == 1 && rec.beh != zzPanic && rec.beh != zzGoexit {
+			if rec.runs.Load() == 1 && rec.beh != lsPanic && rec.beh != lsGoexit {
 				want = 2*i + 1
 			}
 			if out[i] != want {
-				r.errorf("MapErrSeq: out[%d] = %d, want %d (%s, ran %d)", i, out[i], want, zzBehName[rec.beh], rec.runs.Load())
+				r.errorf("MapErrSeq: out[%d] = %d, want %d (%s, ran %d)", i, out[i], want, lsBehName[rec.beh], rec.runs.Load())
 			}
 		}
 		for i := len(out); i < n; i++ {
@@ -976,44 +1016,35 @@ func (r *zzRound) seqSession(rng *rand.Rand) {
 				r.errorf("MapErrSeq: value %d ran but has no result (%d results)", i, len(out))
 			}
 		}
-		if err == nil && ctx.Err() == nil && len(out) != n && os.Getenv("ZZ_SEQ_TRUNCATION") == "1" {
-			// Found by this test: MapErrSeq stops pulling once its group is
-			// cancelled (here by the pool's Stop) and returns nil
-			// (zz_min_seq_test.go). Checked only with ZZ_SEQ_TRUNCATION=1.
+		if err == nil && ctx.Err() == nil && len(out) != n {
 			r.errorf("MapErrSeq returned nil with %d results for %d values", len(out), n)
 		}
 	}
 	if ctx.Err() == nil && panicAt < 0 {
-		if os.Getenv("ZZ_SEQ_TRUNCATION") == "1" {
-			r.checkGroupRan("MapErrSeq/ForEachSeq", ids, err)
-		} else if mapErr {
-			// A value pulled while the group is cancelled is dropped
-			// silently (the truncation bug): check the pushed ones.
-			r.checkGroupRan("MapErrSeq", ids[:len(out)], err)
-		}
+		r.checkGroupRan("MapErrSeq/ForEachSeq", ids, err)
 	}
 }
 
 // ---- batcher ----
 
-func (r *zzRound) flush(_ context.Context, items []int) error {
+func (r *lsRound) flush(_ context.Context, items []int) error {
 	c := r.flushCalls.Add(1)
 	rng := rand.New(rand.NewPCG(r.seed, uint64(c)))
 	x := rng.IntN(100)
 	switch {
 	case x < 15:
-		return errZZ
+		return errLS
 	case x < 22:
-		panic("zz flush")
+		panic("stress: flush")
 	case x < 24:
-		if zzUnderTaskBody() {
-			return errZZ // a task's goroutine: its Submit would report ErrGoexit
+		if lsUnderTaskBody() {
+			return errLS // a task's goroutine: its Submit would report ErrGoexit
 		}
 		runtime.Goexit()
 	case x < 40:
 		time.Sleep(time.Duration(rng.IntN(300)) * time.Microsecond)
 	case x < 50:
-		cat := []zzCat{zcPoolGo, zcPoolTry, zcPoolSubmit}[rng.IntN(3)]
+		cat := []lsCat{lcPoolGo, lcPoolTry, lcPoolSubmit}[rng.IntN(3)]
 		if id := r.newRec(cat, r.pickBeh(rng, 1, true), 1); id >= 0 {
 			r.submit(id)
 		}
@@ -1021,27 +1052,36 @@ func (r *zzRound) flush(_ context.Context, items []int) error {
 	for _, it := range items {
 		r.itemFlushed[it].Add(1)
 	}
+	r.signalProgress()
 	return nil
 }
 
-// zzUnderTaskBody reports whether the calling goroutine runs a task's body
-// (a flush that TryAdd ran itself, from inside a task).
-func zzUnderTaskBody() bool {
-	buf := make([]byte, 64<<10)
-	return strings.Contains(string(buf[:runtime.Stack(buf, false)]), "zzRound).body")
-}
-
-func (r *zzRound) onBatchError(_ context.Context, items []int, err error) {
-	for _, it := range items {
-		r.itemHanded[it].Add(1)
+func (r *lsRound) signalProgress() {
+	select {
+	case r.bProgress <- struct{}{}:
+	default:
 	}
 }
 
-func (r *zzRound) batchOp(rng *rand.Rand) {
+// lsUnderTaskBody reports whether the calling goroutine runs a task's body
+// (a flush that TryAdd ran itself, from inside a task).
+func lsUnderTaskBody() bool {
+	buf := make([]byte, 64<<10)
+	return strings.Contains(string(buf[:runtime.Stack(buf, false)]), "lsRound).body")
+}
+
+func (r *lsRound) onBatchError(_ context.Context, items []int, err error) {
+	for _, it := range items {
+		r.itemHanded[it].Add(1)
+	}
+	r.signalProgress()
+}
+
+func (r *lsRound) batchOp(rng *rand.Rand) {
 	switch x := rng.IntN(100); {
 	case x < 50:
 		it := int(r.itemNext.Add(1) - 1)
-		if it >= zzMaxItems {
+		if it >= lsMaxItems {
 			return
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(rng.IntN(2000))*time.Microsecond)
@@ -1064,7 +1104,7 @@ func (r *zzRound) batchOp(rng *rand.Rand) {
 		}
 	case x < 80:
 		it := int(r.itemNext.Add(1) - 1)
-		if it >= zzMaxItems {
+		if it >= lsMaxItems {
 			return
 		}
 		var ok bool
@@ -1079,7 +1119,7 @@ func (r *zzRound) batchOp(rng *rand.Rand) {
 		defer cancel()
 		var err error
 		if r.guard("Batcher.Flush", func() { err = r.b.Flush(ctx) }) {
-			if err != nil && err != batch.ErrClosed && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, errZZ) &&
+			if err != nil && err != batch.ErrClosed && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, errLS) &&
 				!errors.Is(err, crew.ErrGoexit) && !isPanicErr(err) {
 				r.errorf("Batcher.Flush: %v", err)
 			}
@@ -1095,35 +1135,62 @@ func isPanicErr(err error) bool {
 }
 
 // closeBatcher closes the batcher (d == 0: without a deadline).
-func (r *zzRound) closeBatcher(d time.Duration) {
+func (r *lsRound) closeBatcher(d time.Duration) {
 	ctx := context.Background()
 	if d > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, d)
 		defer cancel()
 	}
+	// One Close at a time: a second returns ErrClosed at once, and the
+	// caller must know that the Batcher is closed (or gave up) when this
+	// returns.
+	r.bCloseMu.Lock()
+	defer r.bCloseMu.Unlock()
 	var err error
 	if !r.guardRetry("Batcher.Close", func() { err = r.b.Close(ctx) }) {
 		return
 	}
 	r.bClosed.Store(true)
-	if err != nil && err != batch.ErrClosed && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, errZZ) &&
+	if errors.Is(err, context.DeadlineExceeded) {
+		r.bGaveUp.Store(true)
+	}
+	if err != nil && err != batch.ErrClosed && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, errLS) &&
 		!errors.Is(err, crew.ErrGoexit) && !isPanicErr(err) {
 		r.errorf("Batcher.Close: %v", err)
 	}
 }
 
+// awaitItems waits until each of the first n items that was accepted has
+// been flushed or handed over: a Close that gave up does not wait for the
+// flush calls under way, and once the pool has stopped they may run on the
+// Batcher's own goroutines, which nothing else waits for.
+func (r *lsRound) awaitItems(n int) {
+	deadline := time.After(lsDeadline)
+	for it := 0; it < n; {
+		if !r.itemAcc[it].Load() || r.itemFlushed[it].Load()+r.itemHanded[it].Load() > 0 {
+			it++
+			continue
+		}
+		select {
+		case <-r.bProgress:
+		case <-deadline:
+			r.hang(fmt.Sprintf("batch item %d (after Close gave up)", it))
+			return
+		}
+	}
+}
+
 // ---- the round ----
 
-type zzCounts struct {
+type lsCounts struct {
 	rounds, recs, accepted, ran, dropped, refused, items, flushCalls int64
 	modes                                                            [10]int64
 }
 
-func zzRoundRun(t *testing.T, seed uint64, c *zzCounts) {
+func lsRunRound(t *testing.T, seed uint64, c *lsCounts) {
 	rng := rand.New(rand.NewPCG(seed, 99))
-	r := &zzRound{t: t, seed: seed, recs: make([]zzRec, zzMaxRecs), keys: map[string]*zzKey{}}
-	before := runtime.NumGoroutine()
+	r := &lsRound{t: t, seed: seed, recs: make([]lsRec, lsMaxRecs), keys: map[string]*lsKey{}}
 	r.size = 1 + rng.IntN(4)
 	var opts []crew.Option
 	if rng.IntN(2) == 0 {
@@ -1140,8 +1207,7 @@ func zzRoundRun(t *testing.T, seed uint64, c *zzCounts) {
 	}
 	r.hpanic = rng.IntN(3) == 0
 	opts = append(opts, crew.WithPanicHandler(func(pe *crew.PanicError) {
-		r.handled.Add(1)
-		if v, ok := pe.Value.(zzPanicVal); ok && r.hpanic && v.layered && v.id%2 == 0 {
+		if v, ok := pe.Value.(lsPanicVal); ok && r.hpanic && v.layered && v.id%2 == 0 {
 			panic(pe) // comes back to the handler as a *PanicError value
 		}
 	}))
@@ -1171,9 +1237,10 @@ func zzRoundRun(t *testing.T, seed uint64, c *zzCounts) {
 		r.q2 = crew.NewPriority(r.rl)
 	}
 	if rng.IntN(2) == 0 {
-		r.itemAcc = make([]atomic.Bool, zzMaxItems)
-		r.itemFlushed = make([]atomic.Int32, zzMaxItems)
-		r.itemHanded = make([]atomic.Int32, zzMaxItems)
+		r.itemAcc = make([]atomic.Bool, lsMaxItems)
+		r.itemFlushed = make([]atomic.Int32, lsMaxItems)
+		r.itemHanded = make([]atomic.Int32, lsMaxItems)
+		r.bProgress = make(chan struct{}, 1)
 		bopts := []batch.Option{
 			batch.WithPool(r.p),
 			batch.WithMaxItems(1 + rng.IntN(5)),
@@ -1190,6 +1257,7 @@ func zzRoundRun(t *testing.T, seed uint64, c *zzCounts) {
 		r.b = batch.New(r.flush, bopts...)
 	}
 	mode := rng.IntN(10)
+	r.graceful = mode <= 1
 	r.note("seed %d: size %d bounded %v q %d nonblocking %v hpanic %v rl %v batcher %v keyrate %v parent %v mode %d",
 		seed, r.size, r.bounded, r.qsize, r.nonBlock, r.hpanic, r.rl != nil, r.b != nil, r.keyRate, r.parentCancel != nil, mode)
 
@@ -1214,7 +1282,6 @@ func zzRoundRun(t *testing.T, seed uint64, c *zzCounts) {
 	go func() {
 		defer side.Done()
 		crng := rand.New(rand.NewPCG(seed, 7))
-		cur := r.size
 		for {
 			select {
 			case <-quit:
@@ -1224,13 +1291,6 @@ func zzRoundRun(t *testing.T, seed uint64, c *zzCounts) {
 			switch crng.IntN(10) {
 			case 0, 1:
 				n := 1 + crng.IntN(4)
-				if r.bounded && !r.nonBlock && os.Getenv("ZZ_RESIZE_SHRINK") != "1" {
-					// A worker retiring after a shrink can leave a task that
-					// waits for room in its own full pool waiting for ever
-					// (found by this test, zz_min_shrink_test.go): only grow.
-					n = cur + crng.IntN(5-cur)
-				}
-				cur = n
 				if err := r.p.Resize(n); err != nil {
 					r.errorf("Resize: %v", err)
 				}
@@ -1294,7 +1354,7 @@ func zzRoundRun(t *testing.T, seed uint64, c *zzCounts) {
 	if mode <= 1 {
 		// Graceful: let everything finish, then Stop.
 		if !r.guard("producers", wg.Wait) {
-			r.finish(before, quit, &side)
+			r.finish(quit, &side)
 			return
 		}
 		if r.b != nil {
@@ -1329,12 +1389,7 @@ func zzRoundRun(t *testing.T, seed uint64, c *zzCounts) {
 		r.stopping.Store(true)
 		stop()
 	} else {
-		time.Sleep(time.Duration(rng.IntN(4000)) * time.Microsecond)
-		if usesShutdown && r.b != nil {
-			// A Batcher WithPool must be closed before its pool's Shutdown
-			// (a known bug otherwise).
-			r.closeBatcher(0)
-		}
+		time.Sleep(time.Duration(rng.IntN(4000)) * time.Microsecond) // let the round run a while
 		r.stopping.Store(true)
 		switch mode {
 		case 2, 3, 4:
@@ -1362,7 +1417,7 @@ func zzRoundRun(t *testing.T, seed uint64, c *zzCounts) {
 			stop()
 		}
 		if !r.guard("producers", wg.Wait) {
-			r.finish(before, quit, &side)
+			r.finish(quit, &side)
 			return
 		}
 	}
@@ -1376,26 +1431,20 @@ func zzRoundRun(t *testing.T, seed uint64, c *zzCounts) {
 	close(quit)
 	r.guard("chaos goroutine", side.Wait)
 	if r.failed.Load() {
-		r.finish(before, nil, nil)
+		r.finish(nil, nil)
 		return
 	}
 	r.check(mode, usesShutdown, shutErrs, c)
-	r.finish(before, nil, nil)
+	r.finish(nil, nil)
 }
 
-// finish waits for the round's goroutines to end.
-func (r *zzRound) finish(before int, quit chan struct{}, side *sync.WaitGroup) {
+// finish stops the chaos goroutine if quit is not nil, and logs the round
+// if it failed. (Goroutines the round leaves behind, such as a flush call
+// that a Close gave up on, end on their own; leak.Check waits for them.)
+func (r *lsRound) finish(quit chan struct{}, side *sync.WaitGroup) {
 	if quit != nil {
 		close(quit)
 		r.guard("chaos goroutine", side.Wait)
-	}
-	deadline := time.Now().Add(5 * time.Second)
-	for runtime.NumGoroutine() > before {
-		if time.Now().After(deadline) {
-			r.errorf("leak: %d goroutines after the round, %d before:\n\n%s", runtime.NumGoroutine(), before, goroutineDump())
-			break
-		}
-		time.Sleep(time.Millisecond)
 	}
 	if r.failed.Load() {
 		r.logMu.Lock()
@@ -1404,7 +1453,7 @@ func (r *zzRound) finish(before int, quit chan struct{}, side *sync.WaitGroup) {
 	}
 }
 
-func (r *zzRound) check(mode int, usesShutdown bool, shutErrs []error, c *zzCounts) {
+func (r *lsRound) check(mode int, usesShutdown bool, shutErrs []error, c *lsCounts) {
 	// The layers come to rest.
 	r.guard("k1.Wait after stop", r.k1.Wait)
 	r.guard("q1.Wait after stop", r.q1.Wait)
@@ -1423,14 +1472,15 @@ func (r *zzRound) check(mode int, usesShutdown bool, shutErrs []error, c *zzCoun
 			r.errorf("Shutdown reported %d dropped, Stats %d", se.Dropped, ps.Dropped)
 		}
 	}
-	n := min(int(r.next.Load()), zzMaxRecs)
+	n := min(int(r.next.Load()), lsMaxRecs)
 	type acct struct{ accepted, ran, notRan int64 }
-	var per [zcCount]acct
+	var per [lcCount]acct
+	var k1Behind int64 // k1 tasks not run that may have queued behind a refused first Go
 	for id := range n {
 		rec := &r.recs[id]
 		runs := rec.runs.Load()
 		if runs > 1 {
-			r.errorf("task %d (%s) ran %d times", id, zzCatName[rec.cat], runs)
+			r.errorf("task %d (%s) ran %d times", id, lsCatName[rec.cat], runs)
 		}
 		accepted := false
 		if rec.cat.submit() {
@@ -1438,46 +1488,46 @@ func (r *zzRound) check(mode int, usesShutdown bool, shutErrs []error, c *zzCoun
 			if t == nil {
 				// Submit itself never returned: the producer was ended by
 				// Goexit? Not possible for Submit; report.
-				r.errorf("task %d (%s): no Task", id, zzCatName[rec.cat])
+				r.errorf("task %d (%s): no Task", id, lsCatName[rec.cat])
 				continue
 			}
 			select {
 			case <-t.Done():
-			case <-time.After(zzDeadline):
-				r.hang(fmt.Sprintf("Task.Wait of task %d (%s)", id, zzCatName[rec.cat]))
+			case <-time.After(lsDeadline):
+				r.hang(fmt.Sprintf("Task.Wait of task %d (%s)", id, lsCatName[rec.cat]))
 				return
 			}
 			err := t.Wait()
 			switch {
 			case errors.Is(err, crew.ErrStopped), errors.Is(err, crew.ErrQueueFull):
 				if runs != 0 {
-					r.errorf("task %d (%s) refused with %v, but ran", id, zzCatName[rec.cat], err)
+					r.errorf("task %d (%s) refused with %v, but ran", id, lsCatName[rec.cat], err)
 				}
 			case err == crew.ErrDropped:
 				accepted = true
 				if runs != 0 {
-					r.errorf("task %d (%s) dropped, but ran (%s)", id, zzCatName[rec.cat], zzBehName[rec.beh])
+					r.errorf("task %d (%s) dropped, but ran (%s)", id, lsCatName[rec.cat], lsBehName[rec.beh])
 				}
 			default:
 				accepted = true
 				if runs != 1 {
-					r.errorf("task %d (%s) completed with %v, but ran %d times", id, zzCatName[rec.cat], err, runs)
+					r.errorf("task %d (%s) completed with %v, but ran %d times", id, lsCatName[rec.cat], err, runs)
 					break
 				}
 				var want string
 				switch rec.beh {
-				case zzErr:
-					if err != errZZ {
-						want = "errZZ"
+				case lsErr:
+					if err != errLS {
+						want = "errLS"
 					}
-				case zzPanic:
+				case lsPanic:
 					var pe *crew.PanicError
 					if !errors.As(err, &pe) {
 						want = "a *PanicError"
-					} else if v, ok := pe.Value.(zzPanicVal); !ok || v.id != id {
+					} else if v, ok := pe.Value.(lsPanicVal); !ok || v.id != id {
 						want = "its own panic"
 					}
-				case zzGoexit:
+				case lsGoexit:
 					if err != crew.ErrGoexit {
 						want = "ErrGoexit"
 					}
@@ -1487,7 +1537,7 @@ func (r *zzRound) check(mode int, usesShutdown bool, shutErrs []error, c *zzCoun
 					}
 				}
 				if want != "" {
-					r.errorf("task %d (%s, %s) completed with %v, want %s", id, zzCatName[rec.cat], zzBehName[rec.beh], err, want)
+					r.errorf("task %d (%s, %s) completed with %v, want %s", id, lsCatName[rec.cat], lsBehName[rec.beh], err, want)
 				}
 			}
 		} else {
@@ -1497,11 +1547,11 @@ func (r *zzRound) check(mode int, usesShutdown bool, shutErrs []error, c *zzCoun
 				accepted = true
 			case stRefused:
 				if runs != 0 {
-					r.errorf("task %d (%s) refused (%v) but ran", id, zzCatName[rec.cat], rec.subErr)
+					r.errorf("task %d (%s) refused (%v) but ran", id, lsCatName[rec.cat], rec.subErr)
 				}
 			case stPending:
-				if runs != 0 && rec.cat != zcGroup {
-					r.errorf("task %d (%s) ran, its submission never returned", id, zzCatName[rec.cat])
+				if runs != 0 && rec.cat != lcGroup {
+					r.errorf("task %d (%s) ran, its submission never returned", id, lsCatName[rec.cat])
 				}
 			}
 		}
@@ -1512,6 +1562,9 @@ func (r *zzRound) check(mode int, usesShutdown bool, shutErrs []error, c *zzCoun
 				a.ran++
 			} else {
 				a.notRan++
+				if rec.behind && (rec.cat == lcK1Go || rec.cat == lcK1Sub) {
+					k1Behind++
+				}
 			}
 			c.accepted++
 			c.ran += int64(runs)
@@ -1520,7 +1573,7 @@ func (r *zzRound) check(mode int, usesShutdown bool, shutErrs []error, c *zzCoun
 		}
 	}
 	c.recs += int64(n)
-	sum := func(cs ...zzCat) (a acct) {
+	sum := func(cs ...lsCat) (a acct) {
 		for _, cat := range cs {
 			a.accepted += per[cat].accepted
 			a.ran += per[cat].ran
@@ -1537,13 +1590,13 @@ func (r *zzRound) check(mode int, usesShutdown bool, shutErrs []error, c *zzCoun
 		}
 		c.dropped += int64(s.Dropped)
 	}
-	k1 := sum(zcK1Go, zcK1Sub)
+	k1 := sum(lcK1Go, lcK1Sub)
 	layerCheck("k1", r.k1.Stats(), k1, true)
-	layerCheck("q1", r.q1.Stats(), sum(zcQ1Go, zcQ1Sub), true)
+	layerCheck("q1", r.q1.Stats(), sum(lcQ1Go, lcQ1Sub), true)
 	if r.rl != nil {
-		layerCheck("k2", r.k2.Stats(), sum(zcK2Go, zcK2Sub), true)
-		layerCheck("q2", r.q2.Stats(), sum(zcQ2Go, zcQ2Sub), true)
-		layerCheck("rl", r.rl.Stats(), sum(zcRLGo, zcRLSub), false)
+		layerCheck("k2", r.k2.Stats(), sum(lcK2Go, lcK2Sub), true)
+		layerCheck("q2", r.q2.Stats(), sum(lcQ2Go, lcQ2Sub), true)
+		layerCheck("rl", r.rl.Stats(), sum(lcRLGo, lcRLSub), false)
 		e := int64(r.rate.Per) / int64(r.rate.Limit)
 		burst := int64(max(1, r.rate.Burst))
 		limit := burst + int64(time.Since(r.rlMade))/e + 1
@@ -1551,7 +1604,7 @@ func (r *zzRound) check(mode int, usesShutdown bool, shutErrs []error, c *zzCoun
 			r.errorf("rl: %d starts, at most %d allowed by %+v", got, limit, r.rate)
 		}
 	}
-	pool := sum(zcPoolGo, zcPoolSubmit, zcPoolTry, zcPoolCtx)
+	pool := sum(lcPoolGo, lcPoolSubmit, lcPoolTry, lcPoolCtx)
 	if uint64(pool.notRan) > ps.Dropped {
 		r.errorf("pool: %d accepted tasks did not run, Stats.Dropped = %d", pool.notRan, ps.Dropped)
 	}
@@ -1560,25 +1613,31 @@ func (r *zzRound) check(mode int, usesShutdown bool, shutErrs []error, c *zzCoun
 		if ps.Dropped != 0 || pool.notRan != 0 {
 			r.errorf("Stop only: pool dropped %d, %d plain tasks did not run", ps.Dropped, pool.notRan)
 		}
-		if k1.notRan != 0 && !r.keyRate { // WithKeyRate: tasks waiting for a token are dropped
-			r.errorf("Stop only: %d of k1's accepted tasks did not run (Stats %+v)", k1.notRan, r.k1.Stats())
+		// Except with WithKeyRate (tasks waiting for a token are dropped)
+		// and tasks queued from inside a task behind a first Go of their
+		// key that Stop refused.
+		if k1.notRan > k1Behind && !r.keyRate {
+			r.errorf("Stop only: %d of k1's accepted tasks did not run, %d of them from inside a task on a shared key (Stats %+v)", k1.notRan, k1Behind, r.k1.Stats())
 		}
 	}
 	if mode <= 1 && !r.innerStop.Load() {
 		// Everything was waited for before Stop: nothing dropped anywhere.
-		for cat := range zcCount {
-			if cat == zcGroup || cat == zcNested {
+		for cat := range lcCount {
+			if cat == lcGroup || cat == lcNested {
 				continue
 			}
 			if a := per[cat]; a.notRan != 0 {
-				r.errorf("graceful: %d accepted %s tasks did not run", a.notRan, zzCatName[cat])
+				r.errorf("graceful: %d accepted %s tasks did not run", a.notRan, lsCatName[cat])
 			}
 		}
 	}
 	// The batcher.
 	if r.b != nil {
+		ni := min(int(r.itemNext.Load()), lsMaxItems)
+		if r.bGaveUp.Load() {
+			r.awaitItems(ni)
+		}
 		bs := r.b.Stats()
-		ni := min(int(r.itemNext.Load()), zzMaxItems)
 		var acc uint64
 		for it := range ni {
 			f, h := r.itemFlushed[it].Load(), r.itemHanded[it].Load()
@@ -1591,7 +1650,10 @@ func (r *zzRound) check(mode int, usesShutdown bool, shutErrs []error, c *zzCoun
 				r.errorf("batch item %d not accepted, but flushed %d, handed %d", it, f, h)
 			}
 		}
-		if bs.Added != acc || bs.Pending != 0 || bs.InFlight != 0 || bs.Flushed+bs.Failed+bs.Dropped != bs.Added {
+		// After a Close that gave up, the Batcher may still be counting
+		// the batches whose flush calls just returned.
+		settled := !r.bGaveUp.Load()
+		if bs.Added != acc || settled && (bs.Pending != 0 || bs.InFlight != 0 || bs.Flushed+bs.Failed+bs.Dropped != bs.Added) {
 			r.errorf("batcher stats after Close: %+v (accepted %d)", bs, acc)
 		}
 		c.items += int64(acc)
@@ -1600,27 +1662,22 @@ func (r *zzRound) check(mode int, usesShutdown bool, shutErrs []error, c *zzCoun
 	c.rounds++
 }
 
-func TestZZLayersStress(t *testing.T) {
+func TestStressLayers(t *testing.T) {
 	leak.Check(t)
-	budget := 40 * time.Second
-	if s := os.Getenv("ZZ_SECONDS"); s != "" {
-		n, _ := strconv.Atoi(s)
-		budget = time.Duration(n) * time.Second
-	}
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("ZZ_SEED"); s != "" {
-		seed, _ = strconv.ParseUint(s, 10, 64)
-	}
-	oneSeed := os.Getenv("ZZ_ONE") == "1"
-	t.Logf("first seed %d", seed)
-	var c zzCounts
+	budget := stress.Budget(t)
+	seed, same := stress.Seed(t)
+	var c lsCounts
 	start := time.Now()
-	for i := uint64(0); ; i++ {
-		zzRoundRun(t, seed+i, &c)
-		if t.Failed() || oneSeed || time.Since(start) > budget {
+	for i := uint64(0); i == 0 || time.Since(start) < budget; i++ {
+		if same {
+			lsRunRound(t, seed, &c)
+		} else {
+			lsRunRound(t, seed+i, &c)
+		}
+		if t.Failed() {
 			break
 		}
 	}
-	t.Logf("%d rounds, %d tasks made, %d accepted, %d ran, %d dropped by layers, %d refused, %d batch items, %d flush calls; modes %v",
-		c.rounds, c.recs, c.accepted, c.ran, c.dropped, c.refused, c.items, c.flushCalls, c.modes)
+	t.Logf("%d rounds in %v: %d tasks made, %d accepted, %d ran, %d dropped by layers, %d refused; %d batch items, %d flush calls; rounds per mode %v",
+		c.rounds, time.Since(start).Round(time.Millisecond), c.recs, c.accepted, c.ran, c.dropped, c.refused, c.items, c.flushCalls, c.modes)
 }
