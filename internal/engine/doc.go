@@ -13,7 +13,10 @@
 // cache lines between cores, so a shard is a lock-free ring in which
 // producers and workers write separate lines, with a locked spill queue
 // behind it for backlogs (shard.go): on two cores a tiny task costs 25-45
-// ns this way, against 45-73 with a lock around each shard. A worker takes
+// ns this way, against 45-73 with a lock around each shard. A producer
+// that finds its ring full yields its processor once before it spills,
+// where the yield soon reaches a worker: at the worker limit, or while
+// the program has few goroutines (yieldBeforeSpill). A worker takes
 // one task at a time: a batch taken from a shard would be hidden from the
 // other workers while its owner is blocked in a task, and a task waiting
 // for one of them would deadlock the pool below its limit.

@@ -281,18 +281,16 @@ func (e *Engine[T]) enqueue(t T) error {
 	s := &e.shards[i&e.mask]
 	n, r := s.push(t)
 	spilled := false
-	if r == ringFull && e.workers.Load()&countMask >= e.maxWorkers.Load() {
-		// The producer outpaces every worker the limit allows: give them
-		// its processor once before spilling, as the backlog is theirs
-		// to drain. While the backlog lasts every push yields once, a
-		// soft backpressure: with 100 producers and 2 workers on two
-		// cores it halves the cost per task (BenchmarkPush, 24-28 ns
-		// against 44-52 when only the push that fills the ring yields);
-		// when the workers are blocked rather than busy, the yield finds
-		// nothing to run and costs 60-110 ns (BenchmarkQueuedTaskMemory,
-		// whose workers are all blocked). Below the limit, the
-		// producer starts a worker instead, and a yield would only pass
-		// the processor to the next producer.
+	if r == ringFull && e.yieldBeforeSpill() {
+		// The producer outpaces the workers: give them its processor
+		// once before spilling, as the backlog is theirs to drain. While
+		// the backlog lasts every push yields once, a soft backpressure:
+		// with 100 producers and 2 workers on two cores it halves the
+		// cost per task (BenchmarkPush, 24-28 ns against 44-52 when only
+		// the push that fills the ring yields); when the workers are
+		// blocked rather than busy, the yield finds nothing to run and
+		// costs 60-110 ns (BenchmarkQueuedTaskMemory, whose workers are
+		// all blocked).
 		runtime.Gosched()
 		n, r = s.push(t)
 	}
@@ -321,6 +319,29 @@ func (e *Engine[T]) enqueue(t T) error {
 	}
 	return nil
 }
+
+// yieldBeforeSpill reports whether a producer that found its ring full
+// should yield before it spills: at the worker limit, where no new worker
+// can help, and below it while the program has at most yieldGoroutines
+// goroutines per processor. A yield puts the producer behind every
+// runnable goroutine: among a few, the workers soon run and drain the
+// ring, and the producer pays no lock per task (with 100 producers and
+// 1,000 or 200,000 workers, BenchmarkDispatch took a median of 39-50 ns
+// per task against 63-76 with spilling, and one producer's backlog of
+// rand 1u-1Mt stopped allocating spill chunks: 22-24 allocations a run
+// against 51-59); among thousands (10,000 producers, or thousands of
+// workers woken from sleeps), it waits behind all of them, and a spill,
+// with the producer starting a worker, is far cheaper (rand 10Ku-100t took
+// 81-87 ms against 44-51 when every full ring yielded).
+// runtime.NumGoroutine costs about 3 ns, paid only on a full ring.
+func (e *Engine[T]) yieldBeforeSpill() bool {
+	return e.workers.Load()&countMask >= e.maxWorkers.Load() ||
+		runtime.NumGoroutine() <= yieldGoroutines*int(e.procs)
+}
+
+// yieldGoroutines is the goroutines per processor up to which a producer
+// below the worker limit yields before it spills (see yieldBeforeSpill).
+const yieldGoroutines = 128
 
 // wakeIfStale wakes one more worker when the searchers that producers rely
 // on seem not to be running, judged at the nth push into s (a ring or a
