@@ -122,23 +122,35 @@ func TestCollectorGathered(t *testing.T) {
 
 func TestCollectorOptions(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	p := crew.New(1, crew.WithName("opts"), crew.WithLatency())
-	done := make(chan struct{})
-	p.Go(func() { spin(2 * time.Millisecond); close(done) })
-	<-done
-	p.Stop()
+	p := ranOnce("opts", func() { spin(2 * time.Millisecond) })
 	c := crewprom.NewCollector([]*crew.Pool{p}, crewprom.WithNamespace("app"), crewprom.WithBuckets(0.001, 1))
-	want := `
-# HELP app_pool_task_run_seconds Time from a task's start to its return.
-# TYPE app_pool_task_run_seconds histogram
+	l, _ := p.Latency()
+	compareHistogram(t, c, "app_pool_task_run_seconds", "Time from a task's start to its return.", `
 app_pool_task_run_seconds_bucket{pool="opts",le="0.001"} 0
 app_pool_task_run_seconds_bucket{pool="opts",le="1"} 1
 app_pool_task_run_seconds_bucket{pool="opts",le="+Inf"} 1
-`
-	l, _ := p.Latency()
-	want += "app_pool_task_run_seconds_sum{pool=\"opts\"} " + formatFloat(l.Run.Sum.Seconds()) + "\n"
-	want += "app_pool_task_run_seconds_count{pool=\"opts\"} 1\n"
-	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "app_pool_task_run_seconds"); err != nil {
+`, "opts", l.Run.Sum.Seconds())
+}
+
+// ranOnce returns a stopped pool named name, built WithLatency, that ran
+// task once.
+func ranOnce(name string, task func()) *crew.Pool {
+	p := crew.New(1, crew.WithName(name), crew.WithLatency())
+	done := make(chan struct{})
+	p.Go(func() { task(); close(done) })
+	<-done
+	p.Stop()
+	return p
+}
+
+// compareHistogram checks c's exposition of the histogram metric: its
+// help, the bucket lines given, and a count of 1 with the sum given.
+func compareHistogram(t *testing.T, c prometheus.Collector, metric, help, buckets, pool string, sum float64) {
+	t.Helper()
+	want := "# HELP " + metric + " " + help + "\n# TYPE " + metric + " histogram" + buckets
+	want += metric + "_sum{pool=\"" + pool + "\"} " + formatFloat(sum) + "\n"
+	want += metric + "_count{pool=\"" + pool + "\"} 1\n"
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want), metric); err != nil {
 		t.Error(err)
 	}
 }
@@ -162,22 +174,11 @@ func TestWithBucketsRejectsBadBounds(t *testing.T) {
 // count every observation.
 func TestWithBucketsAcceptsHugeBounds(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	p := crew.New(1, crew.WithName("huge"), crew.WithLatency())
-	done := make(chan struct{})
-	p.Go(func() { close(done) })
-	<-done
-	p.Stop()
+	p := ranOnce("huge", func() {})
 	c := crewprom.NewCollector([]*crew.Pool{p}, crewprom.WithBuckets(1e12, math.Inf(1)))
-	want := `
-# HELP crew_pool_task_wait_seconds Time from a task's submission to its start.
-# TYPE crew_pool_task_wait_seconds histogram
+	l, _ := p.Latency()
+	compareHistogram(t, c, "crew_pool_task_wait_seconds", "Time from a task's submission to its start.", `
 crew_pool_task_wait_seconds_bucket{pool="huge",le="1e+12"} 1
 crew_pool_task_wait_seconds_bucket{pool="huge",le="+Inf"} 1
-`
-	l, _ := p.Latency()
-	want += "crew_pool_task_wait_seconds_sum{pool=\"huge\"} " + formatFloat(l.Wait.Sum.Seconds()) + "\n"
-	want += "crew_pool_task_wait_seconds_count{pool=\"huge\"} 1\n"
-	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "crew_pool_task_wait_seconds"); err != nil {
-		t.Error(err)
-	}
+`, "huge", l.Wait.Sum.Seconds())
 }
