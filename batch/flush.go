@@ -98,9 +98,10 @@ func (b *Batcher[T]) poolGaveUp() {
 // fromPool says that the pool started it, rather than the caller running
 // it in place of one the pool refused. Taking a batch, it starts another
 // flusher if more batches wait; if the pool cannot take that one at once,
-// this flusher gets through the backlog alone. Should the flush function or the error handler call
-// runtime.Goexit (t.FailNow in a test), the batch fails with crew.ErrGoexit
-// and another flusher takes the rest, so that nothing waits for ever.
+// this flusher gets through the backlog alone. Should the flush function
+// or the error handler call runtime.Goexit (t.FailNow in a test), the
+// batch fails with crew.ErrGoexit and another flusher takes the rest, so
+// that nothing waits for ever.
 func (b *Batcher[T]) drain(fromPool bool) {
 	var (
 		s        sealed[T] // the batch being delivered
