@@ -572,6 +572,20 @@ func (r *lsRound) spawnSame(parent, i int, beh lsBeh, d int, rng *rand.Rand) {
 	r.submit(id)
 }
 
+// keyPrefix returns the prefix of the keys of cat's Keyed, k1 or k2.
+func keyPrefix(cat lsCat) string {
+	if cat >= lcK2Go {
+		return "k2/"
+	}
+	return "k1/"
+}
+
+// sharedKey returns one of the three keys of cat's Keyed that producers and
+// tasks share.
+func sharedKey(cat lsCat, rng *rand.Rand) string {
+	return keyPrefix(cat) + string(rune('a'+rng.IntN(3)))
+}
+
 func (r *lsRound) spawnOther(parent, i int, beh lsBeh, d int, rng *rand.Rand) {
 	cats := []lsCat{lcPoolGo, lcPoolSubmit, lcPoolTry, lcPoolCtx, lcK1Go, lcK1Sub, lcQ1Go, lcQ1Sub}
 	if r.rl != nil {
@@ -588,15 +602,11 @@ func (r *lsRound) spawnOther(parent, i int, beh lsBeh, d int, rng *rand.Rand) {
 		// A key of its own, or one the producers use: a first Go from
 		// inside a task may then meet a first Go from outside waiting for
 		// room.
-		pre := "k1/"
-		if cat >= lcK2Go {
-			pre = "k2/"
-		}
 		if rng.IntN(2) == 0 {
-			rec.key = pre + string(rune('a'+rng.IntN(3)))
+			rec.key = sharedKey(cat, rng)
 			rec.behind = true
 		} else {
-			rec.key = pre + "p" + strconv.Itoa(parent)
+			rec.key = keyPrefix(cat) + "p" + strconv.Itoa(parent)
 		}
 	case lcQ1Go, lcQ1Sub, lcQ2Go, lcQ2Sub:
 		rec.pseq = int64(rng.IntN(7) - 3)
@@ -699,11 +709,7 @@ func (r *lsRound) produce(prod int, ops int) {
 			rec := &r.recs[id]
 			switch cat {
 			case lcK1Go, lcK1Sub, lcK2Go, lcK2Sub:
-				pre := "k1/"
-				if cat >= lcK2Go {
-					pre = "k2/"
-				}
-				rec.key = pre + string(rune('a'+rng.IntN(3)))
+				rec.key = sharedKey(cat, rng)
 				rec.prod = int64(prod)
 				rec.pseq = pseq[rec.key]
 				pseq[rec.key]++
