@@ -66,7 +66,7 @@ func (e *PanicError) Unwrap() error {
 // tasks were left), and the running ones saw the pool's context cancelled.
 // It unwraps to the context's error.
 type ShutdownError struct {
-	Dropped int   // queued tasks this call removed without running
+	Dropped int   // queued tasks this call removed without running; steps count as tasks (see Stats)
 	Err     error // the context's error
 }
 

@@ -4,7 +4,13 @@ import "github.com/gocrew/crew/internal/engine"
 
 // Stats is a snapshot of a pool's counters. The fields are read one at a
 // time while tasks run, so they agree with each other exactly only when the
-// pool is quiet.
+// pool is quiet. The counters from Submitted on never go down.
+//
+// The counts are of the pool's own tasks. A Group, ResultGroup, Stream or
+// Map, and a Keyed, Priority or RateLimited, runs its tasks inside steps
+// it submits to the pool (see Hooks), and the pool counts those steps: a
+// group whose Wait ran its tasks itself leaves steps that find nothing to
+// do, which run, or are dropped by Shutdown, like any task.
 type Stats struct {
 	MaxWorkers int // the worker limit
 	Workers    int // live worker goroutines
@@ -36,7 +42,7 @@ func statsOf(s engine.Stats, failed, panicked uint64) Stats {
 		MaxWorkers: s.MaxWorkers,
 		Workers:    s.Workers,
 		Idle:       s.Idle,
-		Running:    int(max(0, s.Unfinished-s.Queued)),
+		Running:    int(min(max(0, s.Unfinished-s.Queued), int64(s.Workers))), // a task runs on a live worker
 		Queued:     int(s.Queued),
 		Submitted:  s.Completed + s.Dropped + uint64(s.Unfinished),
 		Completed:  s.Completed,

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"runtime"
 	"sync"
 	"sync/atomic"
 )
@@ -72,9 +73,13 @@ type shard[T any] struct {
 	// Tasks pushed into and taken from the spill queue, and those of them
 	// moved into the ring: written under mu, read without it.
 	spilled, unspilled, moved atomic.Uint64
-	closed                    bool // guarded by mu: refuse pushes
-	q                         fifo[T]
-	_                         [64]byte
+	// Odd while popSpilled moves tasks into the ring, and two more after
+	// each move: a read of the counts that saw it even and unchanged
+	// overlapped no move.
+	moving atomic.Uint64
+	closed bool // guarded by mu: refuse pushes
+	q      fifo[T]
+	_      [64]byte
 }
 
 func (s *shard[T]) init() {
@@ -185,6 +190,8 @@ func (s *shard[T]) popBehindRing(wait bool) (t T, ok bool) {
 // them (bug 15 in RELIABILITY.md; bug 18 is its twin in popBehindRing).
 func (s *shard[T]) popSpilled() (t T, ok bool) {
 	if t, ok = s.q.pop(); ok {
+		s.moving.Add(1)
+		defer s.moving.Add(1)
 		var moved uint64
 		for {
 			next, more := s.q.peek()
@@ -243,13 +250,23 @@ func (s *shard[T]) len() uint64 {
 	return s.written.Load()&^closedBit - read + s.spilled.Load() - unspilled
 }
 
-// pushed reports how many tasks the shard has accepted. A task moved from
-// the spill queue into the ring is in both counts until moved counts it,
-// so moved is read first: while a move is under way the result may count
-// some tasks twice, never too few, and Wait may only wait longer.
+// pushed reports how many tasks the shard has accepted, exactly. A task
+// moved from the spill queue into the ring is in both the write and the
+// spill counts until moved counts it, so a read that overlaps a move is
+// retried (see moving): Wait must not count too few, and Stats must not
+// count too many, as its Submitted feeds counters that never go down (bug
+// 47 in RELIABILITY.md: they did, by hundreds). A move is at most a
+// ringful of pushes under the spill queue's lock, so retries are short.
 func (s *shard[T]) pushed() uint64 {
-	moved := s.moved.Load()
-	return s.written.Load()&^closedBit + s.spilled.Load() - moved
+	for {
+		g := s.moving.Load()
+		moved := s.moved.Load()
+		n := s.written.Load()&^closedBit + s.spilled.Load() - moved
+		if g&1 == 0 && s.moving.Load() == g {
+			return n // no move overlapped the reads: exact
+		}
+		runtime.Gosched()
+	}
 }
 
 // stalled reports whether the ring seems to hold tasks that nobody takes:
