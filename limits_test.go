@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -221,6 +222,35 @@ func TestStatsSubmittedDuringShutdownDrop(t *testing.T) {
 		go release()
 		p.Shutdown(ctx)
 	})
+}
+
+// The minimum survives a Resize below it: once the limit grows again, idle
+// workers retire down to WithMinWorkers, not to the lowest limit it had.
+// (Until the ninth session Resize lowered the minimum for good, and two
+// Resizes at once could leave it above the limit.)
+func TestResizeBelowTheMinimumKeepsIt(t *testing.T) {
+	leak.Check(t)
+	p := crew.New(4, crew.WithMinWorkers(3), crew.WithIdleTimeout(10*time.Millisecond))
+	defer p.Stop()
+	if err := p.Resize(1); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, trapDeadline, "workers to retire to the limit", func() bool { return p.Stats().Workers == 1 })
+	if err := p.Resize(4); err != nil {
+		t.Fatal(err)
+	}
+	var gate sync.WaitGroup
+	gate.Add(4)
+	for range 4 {
+		p.Go(func() { gate.Done(); gate.Wait() }) // needs four workers at once
+	}
+	p.Wait()
+	waitUntil(t, trapDeadline, "idle workers to retire to the minimum", func() bool { return p.Stats().Workers <= 3 })
+	for deadline := time.Now().Add(absenceWindow); time.Now().Before(deadline); {
+		if w := p.Stats().Workers; w < 3 {
+			t.Fatalf("%d workers after %v idle, want the minimum 3", w, absenceWindow)
+		}
+	}
 }
 
 // A worker that moves a spilled backlog back into its shard's ring counts

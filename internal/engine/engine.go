@@ -100,7 +100,7 @@ type Engine[T any] struct {
 
 	workers     atomic.Int64 // exitBit | live workers
 	maxWorkers  atomic.Int64
-	minWorkers  atomic.Int64
+	minWorkers  int64        // kept when idle, as far as maxWorkers allows
 	searching   atomic.Int32 // workers looking for a task, or woken to look
 	maxSpinning int          // searchers beyond this park after one look
 	procs       int64        // GOMAXPROCS when the engine was made
@@ -176,7 +176,7 @@ func New[T any](cfg Config[T]) *Engine[T] {
 		e.shards[i].init()
 	}
 	e.maxWorkers.Store(int64(cfg.MaxWorkers))
-	e.minWorkers.Store(int64(cfg.MinWorkers))
+	e.minWorkers = int64(cfg.MinWorkers)
 	e.capacity.Store(capacity(int64(cfg.MaxWorkers), e.queue))
 	for range cfg.MinWorkers {
 		e.spawn()
@@ -535,9 +535,6 @@ func (e *Engine[T]) Exit() {
 // current task; when n grows, workers start for queued tasks at once.
 func (e *Engine[T]) Resize(n int) {
 	old := e.maxWorkers.Swap(int64(n))
-	if m := e.minWorkers.Load(); m > int64(n) {
-		e.minWorkers.CompareAndSwap(m, int64(n))
-	}
 	if e.bounded {
 		e.capacity.Store(capacity(int64(n), e.queue))
 		e.spaceSig.Broadcast()

@@ -53,7 +53,7 @@ func (e *Engine[T]) reap() {
 			e.armReaper(due)
 			return
 		}
-		if !e.release(e.minWorkers.Load()) {
+		if !e.release(min(e.minWorkers, e.maxWorkers.Load())) {
 			return // at the minimum: the rest stay parked
 		}
 		e.idle.remove(w)
