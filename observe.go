@@ -170,6 +170,8 @@ func (o *observer) run(fn func(), t *Task, enq int64) {
 		}
 		runTime := time.Duration(monotime() - start)
 		var err error
+		// Deferred, as the panic handler may call runtime.Goexit (bug 51).
+		defer func() { o.finished(wait, runTime, err) }()
 		switch {
 		case v != nil:
 			o.p.panicked.Add(1)
@@ -182,11 +184,14 @@ func (o *observer) run(fn func(), t *Task, enq int64) {
 			}
 			err = pe
 		case t != nil:
-			err = t.err // ErrGoexit, set by Task.run
+			if !t.finished.Load() {
+				t.abort(ErrGoexit) // TaskStart called runtime.Goexit: t.run never began (bug 50)
+			}
+			<-t.done
+			err = t.err // ErrGoexit, set by Task.run or abort
 		default:
 			err = ErrGoexit // or a panic about to crash the program
 		}
-		o.finished(wait, runTime, err)
 	}()
 	if o.hooks.TaskStart != nil {
 		o.hooks.TaskStart(TaskEvent{Pool: o.name, Wait: wait})

@@ -598,6 +598,44 @@ func TestHooksTaskStartPanicIsTheTasks(t *testing.T) {
 	}
 }
 
+// runtime.Goexit in TaskStart (t.FailNow in a test's hook) ends a Submit
+// task with ErrGoexit, as a Goexit in the task would. (Until bug 50 was
+// fixed, the task's Wait hung.)
+func TestHooksTaskStartGoexitEndsTheTask(t *testing.T) {
+	leak.Check(t)
+	p := crew.New(1, crew.WithHooks(crew.Hooks{
+		TaskStart: func(crew.TaskEvent) { runtime.Goexit() },
+	}))
+	defer p.Stop()
+	task := p.Submit(func(context.Context) error { return nil })
+	recv(t, task.Done(), "the Submit task")
+	if err := task.Wait(); err != crew.ErrGoexit {
+		t.Fatalf("Wait = %v, want ErrGoexit", err)
+	}
+	p.Wait()
+	if s := p.Stats(); s.Failed != 1 || s.Completed != 1 {
+		t.Fatalf("stats %+v, want 1 failed of 1 completed", s)
+	}
+}
+
+// On an observed pool, a panic handler that calls runtime.Goexit does not
+// cost the task its TaskFinish and its run time. (Until bug 51 was fixed,
+// both were skipped.)
+func TestHooksSurviveAPanicHandlerThatGoexits(t *testing.T) {
+	leak.Check(t)
+	var finished atomic.Int64
+	p := crew.New(1, crew.WithLatency(),
+		crew.WithPanicHandler(func(*crew.PanicError) { runtime.Goexit() }),
+		crew.WithHooks(crew.Hooks{TaskFinish: func(crew.TaskEvent) { finished.Add(1) }}))
+	p.Go(func() { panic("boom") })
+	within(t, 5*time.Second, "Stop after a panic handler's Goexit", p.Stop)
+	l, _ := p.Latency()
+	if finished.Load() != 1 || l.Run.Count != 1 || l.Wait.Count != 1 {
+		t.Fatalf("TaskFinish ran %d times, Latency.Run.Count %d, Wait.Count %d; want 1 each",
+			finished.Load(), l.Run.Count, l.Wait.Count)
+	}
+}
+
 // A Go from inside a task that the full queue refuses, because every
 // worker is such a task, is a drop like any refusal: Drop sees it.
 func TestHooksReportRefusalsFromInsideATask(t *testing.T) {

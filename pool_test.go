@@ -445,6 +445,23 @@ func TestGoexitDoesNotWedgeThePool(t *testing.T) {
 	}
 }
 
+// A panic handler that calls runtime.Goexit (t.FailNow in a test's
+// handler) ends the worker, but the task still counts as finished and the
+// slot passes to a new worker. (Until bug 49 was fixed, Stop hung.)
+func TestPanicHandlerGoexitDoesNotWedgeThePool(t *testing.T) {
+	leak.Check(t)
+	p := crew.New(1, crew.WithPanicHandler(func(*crew.PanicError) { runtime.Goexit() }))
+	p.Go(func() { panic("boom") })
+	var ran atomic.Int64
+	for range 10 {
+		p.Go(func() { ran.Add(1) })
+	}
+	within(t, 5*time.Second, "Stop after a panic handler's Goexit", p.Stop)
+	if s := p.Stats(); ran.Load() != 10 || s.Completed != 11 || s.Panicked != 1 {
+		t.Fatalf("ran %d of 10 after the panic, stats %+v", ran.Load(), s)
+	}
+}
+
 func TestResize(t *testing.T) {
 	leak.Check(t)
 	p := crew.New(1)

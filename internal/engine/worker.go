@@ -207,6 +207,14 @@ func (w *worker[T]) loop(searching bool) (retired bool) {
 		if e.onPanic != nil {
 			v = recover()
 		}
+		// Deferred, so that the task is counted even if OnPanic calls
+		// runtime.Goexit: Wait and Stop would wait for it for ever (bug
+		// 49 in RELIABILITY.md).
+		defer func() {
+			w.done++ // the task that panicked or called runtime.Goexit
+			w.finished.Add(1)
+			w.flush(true)
+		}()
 		if v != nil {
 			e.panicked.Add(1)
 			e.onPanic(t, v, debug.Stack())
@@ -219,9 +227,6 @@ func (w *worker[T]) loop(searching bool) (retired bool) {
 				w.ended.stack = debug.Stack()
 			}
 		}
-		w.done++ // the task that panicked or called runtime.Goexit
-		w.finished.Add(1)
-		w.flush(true)
 	}()
 	for {
 		var ok bool
