@@ -522,32 +522,49 @@ func TestGroupFullNonBlockingPool(t *testing.T) {
 
 // Shutdown's deadline cancels running group tasks and drops their queued
 // steps; Wait still returns and no queued task starts.
+// After Shutdown's deadline the group's queued tasks are skipped, never
+// started, whether the running task returns when the group's context ends
+// or as soon as the pool's does. (The second case started them until bug
+// 52 was fixed: the group learnt of the pool's end on another goroutine.)
 func TestGroupShutdown(t *testing.T) {
 	leak.Check(t)
-	p := crew.New(1)
-	g := p.Group(context.Background())
-	running := make(chan struct{})
-	g.Go(func(ctx context.Context) error {
-		close(running)
-		<-ctx.Done()
-		return nil
-	})
-	var started atomic.Int64
-	for range 10 {
-		g.Go(func(ctx context.Context) error { started.Add(1); return nil })
-	}
-	<-running
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
-	defer cancel()
-	var serr *crew.ShutdownError
-	if err := p.Shutdown(ctx); !errors.As(err, &serr) {
-		t.Fatalf("Shutdown = %v, want a *ShutdownError", err)
-	}
-	if err := waitGroupErr(t, g); !errors.Is(err, crew.ErrStopped) {
-		t.Fatalf("Wait = %v, want ErrStopped", err)
-	}
-	if started.Load() != 0 {
-		t.Fatalf("%d queued tasks started after Shutdown", started.Load())
+	for _, c := range []struct {
+		name    string
+		workers int
+		opts    []crew.GroupOption
+		waitFor func(p *crew.Pool, ctx context.Context) <-chan struct{}
+	}{
+		{"group's context", 1, nil,
+			func(_ *crew.Pool, ctx context.Context) <-chan struct{} { return ctx.Done() }},
+		{"pool's context, limit 1", 2, []crew.GroupOption{crew.WithLimit(1)},
+			func(p *crew.Pool, _ context.Context) <-chan struct{} { return p.Context().Done() }},
+	} {
+		p := crew.New(c.workers)
+		g := p.Group(context.Background(), c.opts...)
+		running := make(chan struct{})
+		g.Go(func(ctx context.Context) error {
+			close(running)
+			<-c.waitFor(p, ctx)
+			return nil
+		})
+		var started atomic.Int64
+		for range 10 {
+			g.Go(func(ctx context.Context) error { started.Add(1); return nil })
+		}
+		<-running
+		ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+		var serr *crew.ShutdownError
+		if err := p.Shutdown(ctx); !errors.As(err, &serr) {
+			t.Fatalf("%s: Shutdown = %v, want a *ShutdownError", c.name, err)
+		}
+		cancel()
+		n := started.Load()
+		if err := waitGroupErr(t, g); !errors.Is(err, crew.ErrStopped) {
+			t.Fatalf("%s: Wait = %v, want ErrStopped", c.name, err)
+		}
+		if n != 0 {
+			t.Fatalf("%s: %d queued tasks started after Shutdown", c.name, n)
+		}
 	}
 }
 

@@ -174,7 +174,8 @@ type core[I any] struct {
 	p      *Pool
 	ctx    context.Context
 	cancel context.CancelCauseFunc
-	unlink func() bool // stops the link from the pool's context
+	pctx   context.Context // the pool's context, nil for a zero pool
+	unlink func() bool     // stops the link from pctx
 	cfg    groupConfig
 	limit  int    // cfg.limit, or no limit
 	step   func() // c.runStep, made once
@@ -228,16 +229,20 @@ func (c *core[I]) init(ctx context.Context, p *Pool, opts []GroupOption, chunks 
 		// Shutdown cancels the pool's context when its deadline passes;
 		// group tasks see it like Submit tasks do, and the group's queued
 		// tasks are skipped rather than left behind steps it dropped.
-		pctx := p.Context()
-		c.unlink = context.AfterFunc(pctx, func() {
-			cause := context.Cause(pctx)
-			if p.refuses() != nil {
-				cause = ErrStopped
-			}
-			c.cancel(cause)
-		})
+		c.pctx = p.Context()
+		c.unlink = context.AfterFunc(c.pctx, c.poolEnded)
 	}
 	c.step = c.runStep
+}
+
+// poolEnded cancels the group once the pool's context has ended: with
+// ErrStopped if Shutdown gave up, else with the context's cause.
+func (c *core[I]) poolEnded() {
+	cause := context.Cause(c.pctx)
+	if c.p.refuses() != nil {
+		cause = ErrStopped
+	}
+	c.cancel(cause)
 }
 
 // push accepts one task, or returns why not: ErrGroupDone, ErrStopped, or an
@@ -400,6 +405,12 @@ func (c *core[I]) helpOne() bool {
 // the caller should go on with the next queued task itself because the
 // pool would not take a step for it.
 func (c *core[I]) runItem(e entry[I]) (again bool) {
+	if c.ctx.Err() == nil && c.pctx != nil && c.pctx.Err() != nil {
+		// AfterFunc cancels the group on a goroutine of its own, maybe
+		// later: cancel now, so that no queued task starts meanwhile (bug
+		// 52 in RELIABILITY.md).
+		c.poolEnded()
+	}
 	if c.ctx.Err() != nil {
 		if c.lost != nil {
 			c.lost(e.seq)
