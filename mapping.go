@@ -32,7 +32,9 @@ func Map[T, R any](ctx context.Context, p *Pool, items []T, fn func(context.Cont
 // started; WithAllErrors runs them all and joins every error in the order
 // of items. WithLimit bounds the calls running at once, WithTaskTimeout
 // gives each a deadline. MapErr allocates the result slice and a group;
-// nothing per element. It returns ErrNilTask if fn is nil.
+// nothing per element. It returns ErrNilTask if fn is nil, and panics with
+// an error wrapping ErrInvalid if ctx is nil, as NewGroup does. Map,
+// ForEach and the Seq forms follow the same rules.
 func MapErr[T, R any](ctx context.Context, p *Pool, items []T, fn func(context.Context, T) (R, error), opts ...GroupOption) ([]R, error) {
 	if fn == nil {
 		return nil, ErrNilTask
