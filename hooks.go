@@ -37,6 +37,9 @@ type Hooks struct {
 	// Panic is called, before TaskFinish, for a task that panicked, with
 	// Err the *PanicError. For a Go, TrySubmit or SubmitCtx task it comes
 	// before the pool's panic handler; a Submit task's Wait also returns it.
+	// A pool built WithCrashOnPanic recovers nothing, so Panic is not
+	// called: TaskFinish sees ErrGoexit as the panic unwinds, then the
+	// program crashes.
 	Panic func(TaskEvent)
 	// Drop is called for each task that will never run: refused on
 	// submission because the queue was full (Err is ErrQueueFull) or the
