@@ -64,8 +64,9 @@ func (fu *Future[T]) run(ctx context.Context) error {
 // does, none is left to run the Futures. Inside tasks, prefer a Group or a
 // ResultGroup, whose Wait runs the queued tasks.
 func (fu *Future[T]) Wait() (T, error) {
-	if fu.t == nil {
-		return fu.val, errZeroFuture
+	if fu == nil || fu.t == nil {
+		var zero T
+		return zero, errZeroFuture
 	}
 	err := fu.t.Wait()
 	if pe, ok := err.(*PanicError); ok && fu.cfg.repanic {
@@ -77,7 +78,7 @@ func (fu *Future[T]) Wait() (T, error) {
 // Done returns a channel that is closed when the Future is done, for use in
 // a select; Wait then returns at once.
 func (fu *Future[T]) Done() <-chan struct{} {
-	if fu.t == nil {
+	if fu == nil || fu.t == nil {
 		return closedChan
 	}
 	return fu.t.Done()
@@ -89,5 +90,6 @@ var closedChan = func() chan struct{} {
 	return c
 }()
 
-// errZeroFuture is returned by the Wait of a Future not made by Do.
+// errZeroFuture is returned by the Wait of a Future not made by Do, nil
+// included, as a nil *Task's Wait reports one not made by Submit.
 var errZeroFuture = fmt.Errorf("%w: Future must be made by crew.Do", ErrInvalid)

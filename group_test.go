@@ -610,6 +610,11 @@ func TestGroupZeroValues(t *testing.T) {
 	if _, err := f.Wait(); !errors.Is(err, crew.ErrInvalid) {
 		t.Fatalf("zero Future: Wait = %v", err)
 	}
+	var nf *crew.Future[int]
+	<-nf.Done()
+	if _, err := nf.Wait(); !errors.Is(err, crew.ErrInvalid) {
+		t.Fatalf("nil Future: Wait = %v", err)
+	}
 }
 
 // With WithCrashOnPanic a panic in a group task crashes the program, as the
