@@ -176,13 +176,16 @@ func (o *observer) run(fn func(), t *Task, enq int64) {
 		case v != nil:
 			o.p.panicked.Add(1)
 			pe := &PanicError{Value: v, Stack: debug.Stack()}
-			o.panicked(pe, wait, runTime)
+			err = pe
 			if t != nil {
-				t.abort(pe) // TaskStart panicked: t.run never began
-			} else {
+				// TaskStart panicked: t.run never began. Complete t
+				// before the Panic hook runs, which may panic too.
+				t.abort(pe)
+			}
+			o.panicked(pe, wait, runTime)
+			if t == nil {
 				o.p.onPanic(pe)
 			}
-			err = pe
 		case t != nil:
 			if !t.finished.Load() {
 				t.abort(ErrGoexit) // TaskStart called runtime.Goexit: t.run never began (bug 50)

@@ -598,6 +598,35 @@ func TestHooksTaskStartPanicIsTheTasks(t *testing.T) {
 	}
 }
 
+// A Submit task whose TaskStart panics completes with that panic even if
+// the Panic hook panics too, and TaskFinish sees it. (Until bug 53 was
+// fixed the task was completed only after the Panic hook returned, so its
+// Wait hung, and TaskFinish saw a nil error.)
+func TestHooksPanickingPanicHookStillEndsTheTask(t *testing.T) {
+	leak.Check(t)
+	var handled atomic.Int64
+	var finishErr atomic.Value
+	p := crew.New(1, quietPanics(&handled), crew.WithHooks(crew.Hooks{
+		TaskStart:  func(crew.TaskEvent) { panic("start") },
+		Panic:      func(crew.TaskEvent) { panic("panic hook") },
+		TaskFinish: func(e crew.TaskEvent) { finishErr.Store(e.Err) },
+	}))
+	defer p.Stop()
+	task := p.Submit(func(context.Context) error { return nil })
+	recv(t, task.Done(), "the Submit task")
+	var pe *crew.PanicError
+	if err := task.Wait(); !errors.As(err, &pe) || pe.Value != "start" {
+		t.Fatalf("Wait = %v, want TaskStart's panic", err)
+	}
+	p.Wait()
+	if err, _ := finishErr.Load().(error); !errors.As(err, &pe) || pe.Value != "start" {
+		t.Fatalf("TaskFinish saw %v, want TaskStart's panic", err)
+	}
+	if handled.Load() != 1 {
+		t.Fatalf("the panic handler saw %d panics, want the Panic hook's one", handled.Load())
+	}
+}
+
 // runtime.Goexit in TaskStart (t.FailNow in a test's hook) ends a Submit
 // task with ErrGoexit, as a Goexit in the task would. (Until bug 50 was
 // fixed, the task's Wait hung.)
