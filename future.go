@@ -25,8 +25,8 @@ type Future[T any] struct {
 // or an error wrapping ErrInvalid for a nil or zero pool) the Future is
 // already done with that error, and a queued f that Shutdown drops
 // completes with ErrDropped. A panic in f completes the Future with a
-// *PanicError, unless p crashes on panics (WithCrashOnPanic). Do costs five small allocations: the Future, a closure and
-// the three of Submit.
+// *PanicError, unless p crashes on panics (WithCrashOnPanic). Do costs
+// five small allocations: the Future, a closure and the three of Submit.
 func Do[T any](p *Pool, f func(ctx context.Context) (T, error), opts ...GroupOption) *Future[T] {
 	fu := &Future[T]{fn: f}
 	fu.cfg.apply(opts)
