@@ -505,18 +505,7 @@ func (r *lsRound) spawn(parent int, ctx context.Context) {
 			if id < 0 {
 				return
 			}
-			s := prec.sess
-			rec := &r.recs[id]
-			rec.sess = s
-			s.add(id)
-			if err := s.g.Go(func(ctx context.Context) error { return r.body(id, ctx) }); err != nil {
-				rec.status.Store(stRefused)
-				if !errors.Is(err, crew.ErrStopped) {
-					r.errorf("Group.Go from inside its task: %v", err)
-				}
-			} else {
-				rec.status.Store(stAccepted)
-			}
+			r.groupGo(prec.sess, id, "Group.Go from inside its task")
 		case x < 50 && d < 2:
 			r.nestedGroup(parent, rng, d, ctx)
 		case x < 55 && r.b != nil:
@@ -630,17 +619,11 @@ func (r *lsRound) nestedGroup(parent int, rng *rand.Rand, d int, ctx context.Con
 		if id < 0 {
 			break
 		}
-		rec := &r.recs[id]
-		rec.nested, rec.sess = true, s
+		r.recs[id].nested = true
 		ids = append(ids, id)
-		if err := g.Go(func(ctx context.Context) error { return r.body(id, ctx) }); err != nil {
-			rec.status.Store(stRefused)
-			if !errors.Is(err, crew.ErrStopped) {
-				r.errorf("nested Group.Go: %v", err)
-			}
-		} else {
-			rec.status.Store(stAccepted)
-		}
+		r.submitTo(s, id, "nested Group.Go", func() error {
+			return g.Go(func(ctx context.Context) error { return r.body(id, ctx) })
+		})
 	}
 	err := g.Wait()
 	s.done.Store(true)
@@ -752,17 +735,7 @@ func (r *lsRound) groupSession(rng *rand.Rand) {
 		if id < 0 {
 			break
 		}
-		rec := &r.recs[id]
-		rec.sess = s
-		s.add(id)
-		if err := g.Go(func(ctx context.Context) error { return r.body(id, ctx) }); err != nil {
-			rec.status.Store(stRefused)
-			if !errors.Is(err, crew.ErrStopped) {
-				r.errorf("Group.Go: %v", err)
-			}
-		} else {
-			rec.status.Store(stAccepted)
-		}
+		r.groupGo(s, id, "Group.Go")
 	}
 	var err error
 	if !r.guardRetry("Group.Wait", func() { err = g.Wait() }) {
@@ -775,6 +748,31 @@ func (r *lsRound) groupSession(rng *rand.Rand) {
 	if ctx.Err() == nil {
 		r.checkGroupRan("Group", ids, err)
 	}
+}
+
+// groupGo submits task id to the plain group of session s.
+func (r *lsRound) groupGo(s *lsSess, id int, what string) {
+	s.add(id)
+	r.submitTo(s, id, what, func() error {
+		return s.g.Go(func(ctx context.Context) error { return r.body(id, ctx) })
+	})
+}
+
+// submitTo makes task id part of session s, submits it with submit and
+// marks it accepted or refused; only a stopping pool may refuse it. It
+// reports whether the task was accepted.
+func (r *lsRound) submitTo(s *lsSess, id int, what string, submit func() error) bool {
+	rec := &r.recs[id]
+	rec.sess = s
+	if err := submit(); err != nil {
+		rec.status.Store(stRefused)
+		if !errors.Is(err, crew.ErrStopped) {
+			r.errorf("%s: %v", what, err)
+		}
+		return false
+	}
+	rec.status.Store(stAccepted)
+	return true
 }
 
 func (r *lsRound) resultSession(rng *rand.Rand) {
@@ -790,16 +788,10 @@ func (r *lsRound) resultSession(rng *rand.Rand) {
 		if id < 0 {
 			break
 		}
-		rec := &r.recs[id]
-		rec.sess = s
 		all = append(all, id)
-		if err := g.Go(func(ctx context.Context) (int, error) { return id + 1, r.body(id, ctx) }); err != nil {
-			rec.status.Store(stRefused)
-			if !errors.Is(err, crew.ErrStopped) {
-				r.errorf("ResultGroup.Go: %v", err)
-			}
-		} else {
-			rec.status.Store(stAccepted)
+		if r.submitTo(s, id, "ResultGroup.Go", func() error {
+			return g.Go(func(ctx context.Context) (int, error) { return id + 1, r.body(id, ctx) })
+		}) {
 			ids = append(ids, id)
 		}
 	}
