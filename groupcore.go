@@ -252,14 +252,7 @@ func (c *core[I]) push(it I) error {
 	if c.ctx == nil {
 		return errZeroGroup
 	}
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
-		return ErrGroupDone
-	}
-	if err := c.p.refuses(); err != nil {
-		c.mu.Unlock()
-		c.fail(err)
+	if err := c.lockOpen(); err != nil {
 		return err
 	}
 	seq := c.seq
@@ -284,6 +277,23 @@ func (c *core[I]) push(it I) error {
 	return nil
 }
 
+// lockOpen locks c.mu if c accepts tasks. Otherwise it returns why not,
+// ErrGroupDone or the pool's refusal (also recorded as the group's
+// error), with c.mu unlocked.
+func (c *core[I]) lockOpen() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return ErrGroupDone
+	}
+	if err := c.p.refuses(); err != nil {
+		c.mu.Unlock()
+		c.fail(err)
+		return err
+	}
+	return nil
+}
+
 // finished reports whether Wait has returned.
 func (c *core[I]) finished() bool {
 	c.mu.Lock()
@@ -294,14 +304,7 @@ func (c *core[I]) finished() bool {
 // pushN accepts n tasks with the zero value of I, for the slice helpers,
 // whose tasks are their sequence numbers.
 func (c *core[I]) pushN(n int) error {
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
-		return ErrGroupDone
-	}
-	if err := c.p.refuses(); err != nil {
-		c.mu.Unlock()
-		c.fail(err)
+	if err := c.lockOpen(); err != nil {
 		return err
 	}
 	var zero I
