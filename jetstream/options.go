@@ -113,38 +113,32 @@ func WithCodec(c Codec) Option { return codecOption{c} }
 // Run starts, so that a message never waits in the pool's queue unless the
 // pool is shared with other work. n must be positive.
 func WithMaxInFlight(n int) ConsumerOption {
-	return consumerOption(func(s *consumerSettings) {
-		if n <= 0 {
-			s.errs = append(s.errs, invalid("WithMaxInFlight(%d): n must be positive", n))
-			return
-		}
-		s.maxInFlight = n
-	})
+	return positive("WithMaxInFlight", n, func(s *consumerSettings) { s.maxInFlight = n })
 }
 
 // WithMaxFetch bounds the messages asked for in one pull request to n
 // (DefaultMaxFetch). A pull asks for as many messages as there is room
 // for, up to n. n must be positive.
 func WithMaxFetch(n int) ConsumerOption {
-	return consumerOption(func(s *consumerSettings) {
-		if n <= 0 {
-			s.errs = append(s.errs, invalid("WithMaxFetch(%d): n must be positive", n))
-			return
-		}
-		s.maxFetch = n
-	})
+	return positive("WithMaxFetch", n, func(s *consumerSettings) { s.maxFetch = n })
 }
 
 // WithPulls sets how many pull requests may wait on the server at once
 // (DefaultPulls): while one is being filled, the next can already ask for
 // the room that finished tasks made. n must be positive.
 func WithPulls(n int) ConsumerOption {
+	return positive("WithPulls", n, func(s *consumerSettings) { s.pulls = n })
+}
+
+// positive is an option that applies set if n, its argument, is positive,
+// and records an error naming option otherwise.
+func positive(option string, n int, set func(*consumerSettings)) ConsumerOption {
 	return consumerOption(func(s *consumerSettings) {
 		if n <= 0 {
-			s.errs = append(s.errs, invalid("WithPulls(%d): n must be positive", n))
+			s.errs = append(s.errs, invalid("%s(%d): n must be positive", option, n))
 			return
 		}
-		s.pulls = n
+		set(s)
 	})
 }
 
