@@ -26,8 +26,9 @@ import (
 // WithAllErrors collects every error instead of the first, WithLimit bounds
 // the group's concurrency below the pool's and WithTaskTimeout gives each
 // task a deadline. A Group must be made with NewGroup or Pool.Group and is
-// safe for concurrent use. Wait must be called once the tasks are
-// submitted: it releases the group's context.
+// safe for concurrent use; the methods of a zero or nil Group return an
+// error wrapping ErrInvalid (and Context a nil context). Wait must be
+// called once the tasks are submitted: it releases the group's context.
 type Group struct {
 	c core[func(context.Context) error]
 }
@@ -80,6 +81,9 @@ func runGroupTask(ctx context.Context, _ int, task func(context.Context) error) 
 // queue: the group's running tasks take it on as they finish, or Wait runs
 // it.
 func (g *Group) Go(task func(ctx context.Context) error) error {
+	if g == nil {
+		return errZeroGroup
+	}
 	if task == nil && g.c.ctx != nil {
 		g.c.fail(ErrNilTask)
 		return ErrNilTask
@@ -104,9 +108,19 @@ func (g *Group) Go(task func(ctx context.Context) error) error {
 //
 // When Wait returns, the group's context is cancelled and later Go calls
 // return ErrGroupDone; later Wait calls return the same result at once.
-func (g *Group) Wait() error { return g.c.wait() }
+func (g *Group) Wait() error {
+	if g == nil {
+		return errZeroGroup
+	}
+	return g.c.wait()
+}
 
 // Context returns the group's context: the one its tasks receive (without
 // WithTaskTimeout's deadline), cancelled by the first error and when Wait
 // returns.
-func (g *Group) Context() context.Context { return g.c.ctx }
+func (g *Group) Context() context.Context {
+	if g == nil {
+		return nil
+	}
+	return g.c.ctx
+}

@@ -12,7 +12,7 @@ import (
 var ErrGroupDone = errors.New("crew: group is done: Go after Wait returned")
 
 // errZeroGroup is returned by the methods of a Group, ResultGroup or Stream
-// not made by its constructor.
+// not made by its constructor, or nil.
 var errZeroGroup = fmt.Errorf("%w: groups and streams must be made with their New functions", ErrInvalid)
 
 // A GroupOption configures a Group, ResultGroup, Stream, the Map and

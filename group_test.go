@@ -617,6 +617,39 @@ func TestGroupZeroValues(t *testing.T) {
 	}
 }
 
+// A nil *Group, *ResultGroup or *Stream (a struct field never set) reports
+// ErrInvalid like the zero value, as a nil *Pool does. (They panicked with
+// a nil dereference until the tenth session.)
+func TestGroupNilPointers(t *testing.T) {
+	leak.Check(t)
+	var g *crew.Group
+	var rg *crew.ResultGroup[int]
+	var s *crew.Stream
+	calls := []struct {
+		name string
+		call func() error
+	}{
+		{"Group.Go", func() error { return g.Go(func(context.Context) error { return nil }) }},
+		{"Group.Wait", g.Wait},
+		{"ResultGroup.Go", func() error { return rg.Go(func(context.Context) (int, error) { return 0, nil }) }},
+		{"ResultGroup.Wait", func() error { _, err := rg.Wait(); return err }},
+		{"Stream.Go", func() error { return s.Go(func(context.Context) func() { return nil }) }},
+		{"Stream.Wait", s.Wait},
+	}
+	for _, c := range calls {
+		if err, panicked := newPanic(func() {
+			if err := c.call(); !errors.Is(err, crew.ErrInvalid) {
+				t.Errorf("nil: %s = %v, want ErrInvalid", c.name, err)
+			}
+		}); panicked {
+			t.Errorf("nil: %s panicked: %v", c.name, err)
+		}
+	}
+	if g.Context() != nil || rg.Context() != nil || s.Context() != nil {
+		t.Error("nil: Context is not nil")
+	}
+}
+
 // With WithCrashOnPanic a panic in a group task crashes the program, as the
 // pool's policy says, instead of coming back from Wait. The crash happens in
 // a child process.

@@ -14,7 +14,8 @@ import (
 // channel. The slots grow in chunks that never move while tasks write them;
 // Wait copies them into one slice (unless they fit the first chunk), about
 // one pass over the results. A ResultGroup must be made with NewResultGroup
-// and is safe for concurrent use.
+// and is safe for concurrent use; like a Group's, a zero or nil
+// ResultGroup's methods return an error.
 type ResultGroup[T any] struct {
 	c   core[func(context.Context) (T, error)]
 	out slots[T]
@@ -40,6 +41,9 @@ func (g *ResultGroup[T]) exec(ctx context.Context, seq int, task func(context.Co
 // Go submits task as Group.Go does. An accepted task (Go returned nil) takes
 // the next slot of the results; a refused one takes none.
 func (g *ResultGroup[T]) Go(task func(ctx context.Context) (T, error)) error {
+	if g == nil {
+		return errZeroGroup
+	}
 	if task == nil && g.c.ctx != nil {
 		g.c.fail(ErrNilTask)
 		return ErrNilTask
@@ -52,6 +56,9 @@ func (g *ResultGroup[T]) Go(task func(ctx context.Context) (T, error)) error {
 // slot holds what it returned, even with an error; the zero value if it
 // panicked or was skipped. Later calls return the same slice.
 func (g *ResultGroup[T]) Wait() ([]T, error) {
+	if g == nil {
+		return nil, errZeroGroup
+	}
 	err := g.c.wait()
 	g.c.mu.Lock()
 	defer g.c.mu.Unlock()
@@ -59,7 +66,12 @@ func (g *ResultGroup[T]) Wait() ([]T, error) {
 }
 
 // Context returns the group's context, as Group.Context does.
-func (g *ResultGroup[T]) Context() context.Context { return g.c.ctx }
+func (g *ResultGroup[T]) Context() context.Context {
+	if g == nil {
+		return nil
+	}
+	return g.c.ctx
+}
 
 // slots holds results by index in chunks that never move: chunk 0 has
 // size first, chunk k > 0 has size first<<(k-1) and starts at index

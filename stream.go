@@ -35,7 +35,8 @@ import (
 // cancelled, or up to a callback that panicked; no later callback runs,
 // even WithAllErrors, so consumers never see a gap in the order. Tasks report their own errors through their callbacks.
 //
-// A Stream must be made with NewStream and is safe for concurrent use.
+// A Stream must be made with NewStream and is safe for concurrent use;
+// like a Group's, a zero or nil Stream's methods return an error.
 // Neither a task nor a callback may call Go on its own stream: a task holds
 // its place in the window until its callback has returned, so with the
 // window full such a Go would wait for itself.
@@ -86,7 +87,7 @@ func NewStream(ctx context.Context, p *Pool, opts ...GroupOption) *Stream {
 // stream's context once it is cancelled (the task would not run): in all
 // these cases task never runs.
 func (s *Stream) Go(task func(ctx context.Context) func()) error {
-	if s.space == nil {
+	if s == nil || s.space == nil {
 		return errZeroGroup
 	}
 	if task == nil {
@@ -134,10 +135,20 @@ func (s *Stream) Go(task func(ctx context.Context) func()) error {
 // run has returned, and returns the stream's error as Group.Wait does.
 // While it waits it runs queued tasks itself. Later Go calls return
 // ErrGroupDone.
-func (s *Stream) Wait() error { return s.c.wait() }
+func (s *Stream) Wait() error {
+	if s == nil {
+		return errZeroGroup
+	}
+	return s.c.wait()
+}
 
 // Context returns the stream's context, the one its tasks receive.
-func (s *Stream) Context() context.Context { return s.c.ctx }
+func (s *Stream) Context() context.Context {
+	if s == nil {
+		return nil
+	}
+	return s.c.ctx
+}
 
 func (s *Stream) exec(ctx context.Context, seq int, task func(context.Context) func()) error {
 	delivered := false
