@@ -102,7 +102,9 @@ func NewPriority(ex Executor, opts ...PriorityOption) *Priority {
 	return q
 }
 
-// Go queues task with priority prio (higher runs sooner; any int) and
+// Go queues task with priority prio (higher runs sooner; any int, but
+// WithAging(d) counts those beyond ±math.MaxInt64/4/d.Nanoseconds() as
+// that bound: about ±2.3e10 at DefaultAging, ±640,000 at an hour) and
 // submits a step for it to the executor. It waits for room in a bounded
 // pool queue like Pool.Go (ErrQueueFull WithNonBlocking), returns
 // ErrStopped once the pool has begun to stop and ErrNilTask for a nil task.
@@ -172,7 +174,7 @@ func (q *Priority) Stats() LayerStats {
 func (q *Priority) key(prio int) int64 {
 	p := int64(prio)
 	if q.aging == 0 {
-		return -p
+		return ^p // -p-1: the same order, and math.MinInt does not overflow
 	}
 	lim := math.MaxInt64 / 4 / q.aging
 	p = min(max(p, -lim), lim) // keep the product well inside int64

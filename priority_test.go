@@ -3,6 +3,7 @@ package crew_test
 import (
 	"context"
 	"errors"
+	"math"
 	"math/rand/v2"
 	"runtime"
 	"slices"
@@ -393,5 +394,28 @@ func TestPrioritySettleInsideATaskDoesNotWait(t *testing.T) {
 	within(t, schedDeadline, "Priority.Wait", q.Wait)
 	if !lowRan.Load() {
 		t.Fatal("the orphaned low task never ran")
+	}
+}
+
+// Under strict priorities the lowest int is the lowest priority: its key
+// did overflow, and math.MinInt ran first (found by a review in the tenth
+// session).
+func TestPriorityStrictMinIntRunsLast(t *testing.T) {
+	leak.Check(t)
+	p := crew.New(1)
+	defer p.Stop()
+	q := crew.NewPriority(p, crew.WithAging(0))
+	release := gate(t, p)
+	var mu sync.Mutex
+	var order []int
+	for _, prio := range []int{math.MinInt, 0, math.MaxInt} {
+		if err := q.Go(prio, func() { mu.Lock(); order = append(order, prio); mu.Unlock() }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	release()
+	q.Wait()
+	if want := []int{math.MaxInt, 0, math.MinInt}; !slices.Equal(order, want) {
+		t.Fatalf("start order %v, want %v", order, want)
 	}
 }
