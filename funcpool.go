@@ -253,7 +253,7 @@ func (c *funcCore[T]) shutdown(ctx context.Context) error {
 	if c == nil || c.e == nil {
 		return errZeroFuncPool
 	}
-	return shutdownEngine(ctx, c.e, c.cancel, nil, c.exited)
+	return shutdownEngine(ctx, c.e, c.cancel, nil, nil, c.exited)
 }
 
 func (c *funcCore[T]) resize(n int) error {

@@ -108,6 +108,12 @@ func (p *Pool) layerInline(err error) bool {
 	return err == ErrQueueFull || err == ErrStopped && !p.gaveUp.Load()
 }
 
+// givingUp marks the pool as running nothing more (see gaveUp), before
+// Shutdown drops its queue once the deadline has passed: a layer's step
+// that finishes its task meanwhile must drop the layer's next task, not
+// run it itself as it would during Stop (layerInline).
+func (p *Pool) givingUp() { p.gaveUp.Store(true) }
+
 // giveUp marks the pool as running nothing more and cancels its context
 // (see gaveUp). Stop and Shutdown call it as they cancel the context.
 func (p *Pool) giveUp() {

@@ -2,6 +2,7 @@ package crew_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -219,5 +220,60 @@ func TestPriorityOnRateLimitedLearnsOfTwoDroppedSteps(t *testing.T) {
 	}
 	if s := q.Stats(); s.Dropped != 2 || s.Unfinished != 0 {
 		t.Fatalf("Priority stats %+v, want 2 dropped and none unfinished", s)
+	}
+}
+
+// Once Shutdown's deadline has passed, a keyed step whose task returns
+// while the pool's queue is being dropped drops the key's next task
+// instead of running it itself, as it would during Stop (bug 55: it ran
+// it, as the pool said it was giving up only after the drop). The Drop
+// hook, which the drop calls, holds that moment open.
+func TestKeyedShutdownDropsWhatADrainingStepLeaves(t *testing.T) {
+	leak.Check(t)
+	releaseA := make(chan struct{})
+	aStarted := make(chan struct{})
+	bStarted := make(chan struct{})
+	stepDone := make(chan struct{}, 16)
+	var once sync.Once
+	p := crew.New(1, crew.WithHooks(crew.Hooks{
+		TaskFinish: func(crew.TaskEvent) { stepDone <- struct{}{} },
+		Drop: func(ev crew.TaskEvent) {
+			if ev.Err != crew.ErrDropped {
+				return
+			}
+			once.Do(func() {
+				close(releaseA)
+				select { // A's step goes on with B, or ends
+				case <-bStarted:
+				case <-stepDone:
+				case <-time.After(schedDeadline):
+				}
+			})
+		},
+	}))
+	k := crew.NewKeyed[int](p)
+	if err := k.Go(1, func() { close(aStarted); <-releaseA }); err != nil {
+		t.Fatal(err)
+	}
+	recvWithin(t, aStarted, "A to start")
+	var ranB atomic.Bool
+	if err := k.Go(1, func() { ranB.Store(true); close(bStarted) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Go(func() {}); err != nil { // queued behind A, for the drop
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // the deadline has passed
+	var se *crew.ShutdownError
+	if err := p.Shutdown(ctx); !errors.As(err, &se) {
+		t.Fatalf("Shutdown = %v, want a *ShutdownError", err)
+	}
+	k.Wait()
+	if ranB.Load() {
+		t.Fatal("B started after Shutdown's deadline had passed")
+	}
+	if s := k.Stats(); s.Dropped != 1 {
+		t.Fatalf("Keyed stats %+v, want B dropped", s)
 	}
 }

@@ -32,10 +32,11 @@ func exit[T any](e *engine.Engine[T], exited func()) {
 }
 
 // shutdownEngine is stopEngine with a deadline. When ctx ends first, it
-// drops the queued tasks, calls cancel so that the running ones can see it,
-// waits for them, then calls dropMore (if not nil) for tasks the caller
-// tracks itself. It reports the drop as a *ShutdownError.
-func shutdownEngine[T any](ctx context.Context, e *engine.Engine[T], cancel context.CancelFunc, dropMore, exited func()) error {
+// calls dropping (if not nil), drops the queued tasks, calls cancel so that
+// the running ones can see it, waits for them, then calls dropMore (if not
+// nil) for tasks the caller tracks itself. It reports the drop as a
+// *ShutdownError.
+func shutdownEngine[T any](ctx context.Context, e *engine.Engine[T], cancel context.CancelFunc, dropping, dropMore, exited func()) error {
 	e.Close()
 	err := e.Wait(ctx)
 	dropped := 0
@@ -45,6 +46,9 @@ func shutdownEngine[T any](ctx context.Context, e *engine.Engine[T], cancel cont
 	case err != nil:
 		// Drain before cancelling: a worker freed by the cancellation must
 		// not start a task that is about to be dropped.
+		if dropping != nil {
+			dropping()
+		}
 		dropped = e.Drain() // a concurrent Shutdown drains the rest, if any
 		cancel()
 		e.Wait(nil)

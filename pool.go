@@ -271,7 +271,7 @@ func (p *Pool) Shutdown(ctx context.Context) error {
 	if p.obs != nil {
 		began = monotime()
 	}
-	err := shutdownEngine(ctx, p.e, p.giveUp, p.dropListed, nil)
+	err := shutdownEngine(ctx, p.e, p.giveUp, p.givingUp, p.dropListed, nil)
 	if p.obs != nil && !errors.Is(err, ErrInsideTask) {
 		p.obs.stopped(began, int(p.e.Stats().Dropped))
 	}
