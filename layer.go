@@ -115,7 +115,8 @@ func (p *Pool) layerInline(err error) bool {
 func (p *Pool) givingUp() { p.gaveUp.Store(true) }
 
 // giveUp marks the pool as running nothing more and cancels its context
-// (see gaveUp). Stop and Shutdown call it as they cancel the context.
+// (see gaveUp), then waits until its layers have dropped what they hold.
+// Stop and Shutdown call it as they cancel the context.
 func (p *Pool) giveUp() {
 	p.mu.Lock()
 	p.gaveUp.Store(true)
@@ -124,6 +125,14 @@ func (p *Pool) giveUp() {
 	}
 	p.mu.Unlock()
 	p.cancel()
+	p.unlinked.Wait(nil, func() bool { return p.links.Load() == 0 })
+}
+
+// unlink counts out a layer's link to ended that has run or been undone.
+func (p *Pool) unlink() {
+	if p.links.Add(-1) == 0 {
+		p.unlinked.Broadcast()
+	}
 }
 
 func init() {
@@ -289,14 +298,17 @@ func (l *layer) link() {
 	}
 	l.linkMu.Lock()
 	if !l.isLinked.Load() {
+		p.links.Add(1)
 		l.unlink = context.AfterFunc(p.endedContext(), l.poolDone)
 		l.isLinked.Store(true)
 	}
 	l.linkMu.Unlock()
 }
 
-// poolDone runs when the pool has given up.
+// poolDone runs when the pool has given up, on a goroutine of its own;
+// Stop and Shutdown return only once it has.
 func (l *layer) poolDone() {
+	defer l.p.unlink()
 	l.linkMu.Lock()
 	l.isLinked.Store(false)
 	l.unlink = nil
@@ -320,7 +332,9 @@ func (l *layer) wait(what string) {
 		// links again (both are sequentially consistent atomics).
 		l.isLinked.Store(false)
 		if l.unfinished.Load() == 0 {
-			l.unlink()
+			if l.unlink() { // poolDone will not run
+				l.p.unlink()
+			}
 			l.unlink = nil
 		} else {
 			l.isLinked.Store(true)

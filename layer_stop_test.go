@@ -277,3 +277,55 @@ func TestKeyedShutdownDropsWhatADrainingStepLeaves(t *testing.T) {
 		t.Fatalf("Keyed stats %+v, want B dropped", s)
 	}
 }
+
+// When Stop or Shutdown returns, the layers have dropped what the pool
+// will never run: the dropped Tasks are done and counted (bug 56: the
+// layers learnt of the end on a goroutine of their own, which could drop
+// them after Stop had returned). A RateLimited's task waiting for a token
+// is dropped by Stop; a keyed task whose step Shutdown's deadline drops,
+// by Shutdown.
+func TestLayersHaveDroppedWhenStopReturns(t *testing.T) {
+	leak.Check(t)
+	done := func(task *crew.Task) bool {
+		select {
+		case <-task.Done():
+			return true
+		default:
+			return false
+		}
+	}
+	for i := range 50 {
+		p := crew.New(1)
+		r := crew.NewRateLimited(p, crew.Rate{Limit: 1, Per: time.Hour})
+		if err := r.Go(func() {}); err != nil { // takes the only token
+			t.Fatal(err)
+		}
+		task := r.Submit(func(context.Context) error { return nil }) // waits an hour
+		p.Stop()
+		if !done(task) || r.Stats().Dropped != 1 {
+			t.Fatalf("round %d: RateLimited after Stop: task done %v, stats %+v", i, done(task), r.Stats())
+		}
+		if err := task.Wait(); err != crew.ErrDropped {
+			t.Fatalf("round %d: task = %v, want ErrDropped", i, err)
+		}
+	}
+	for i := range 100 {
+		p := crew.New(1)
+		k := crew.NewKeyed[int](p)
+		release := gate(t, p)
+		task := k.Submit(1, func(context.Context) error { return nil }) // its step waits behind the gate
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		shutdown := make(chan error)
+		go func() { shutdown <- p.Shutdown(ctx) }()
+		waitUntil(t, trapDeadline, "Shutdown to drop the step", func() bool { return p.Stats().Queued == 0 })
+		release()
+		<-shutdown
+		if !done(task) || k.Stats().Dropped != 1 {
+			t.Fatalf("round %d: Keyed after Shutdown: task done %v, stats %+v", i, done(task), k.Stats())
+		}
+		if err := task.Wait(); err != crew.ErrDropped {
+			t.Fatalf("round %d: task = %v, want ErrDropped", i, err)
+		}
+	}
+}

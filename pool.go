@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/gocrew/crew/internal/engine"
+	"github.com/gocrew/crew/internal/notify"
 )
 
 // A Pool runs tasks on a bounded set of reusable worker goroutines.
@@ -46,6 +47,11 @@ type Pool struct {
 	gaveUp    atomic.Bool
 	ended     context.Context
 	endedStop context.CancelFunc
+	// links counts the layers' calls registered on ended that have
+	// neither run to the end nor been undone: giveUp waits for them, so
+	// that the layers have dropped what they hold when Stop returns.
+	links    atomic.Int64
+	unlinked notify.Cond
 }
 
 // New returns a pool that runs at most maxWorkers tasks at a time.
