@@ -117,13 +117,14 @@ func New[T any](flush func(ctx context.Context, items []T) error, opts ...Option
 		maxFlushes: s.maxFlushes,
 		retry:      s.retry,
 		pool:       s.pool,
-		inflight:   make([]uint64, 0, s.maxFlushes),
+		inflight:   make([]uint64, 0, min(s.maxFlushes, maxFreeBatches)), // grows past that if need be
 	}
 	if b.maxPending == 0 {
 		b.maxPending = defaultMaxPending(b.maxItems, b.maxFlushes)
 	}
-	// Keep every batch slice the bound lets exist, up to a limit.
-	b.maxFree = min(b.maxPending/b.maxItems+2, maxFreeBatches)
+	// Keep every batch slice the bound lets exist, up to a limit (the +2
+	// added after the min, which an unbounded maxPending would overflow).
+	b.maxFree = min(b.maxPending/b.maxItems, maxFreeBatches-2) + 2
 	if b.pool == nil {
 		b.pool, b.ownPool = crew.New(s.maxFlushes), true
 	}

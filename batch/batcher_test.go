@@ -1197,3 +1197,39 @@ func TestLateFlusherDuringPoolGaveUp(t *testing.T) {
 	}
 	closeWithin(t, b, "after the late flusher")
 }
+
+// The bounds that mean "no bound" work: WithMaxConcurrentFlushes(math.MaxInt)
+// made New panic (it sized a slice by it), and WithMaxPending(math.MaxInt)
+// with one item a batch overflowed the count of slices kept for reuse, so
+// none was (both found by a review in the tenth session).
+func TestUnboundedLimits(t *testing.T) {
+	leak.Check(t)
+	ctx := context.Background()
+	func() {
+		defer func() {
+			if v := recover(); v != nil {
+				t.Fatalf("New(WithMaxConcurrentFlushes(math.MaxInt)) panicked: %v", v)
+			}
+		}()
+		b := New(func(context.Context, []int) error { return nil }, WithMaxConcurrentFlushes(math.MaxInt))
+		b.Add(ctx, 1)
+		if err := b.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}()
+	b := New(func(context.Context, []int) error { return nil },
+		WithMaxItems(1), WithMaxPending(math.MaxInt, Block))
+	defer b.Close(ctx)
+	for i := range 10 {
+		b.Add(ctx, i)
+		if err := b.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.mu.Lock()
+	free, maxFree := len(b.free), b.maxFree
+	b.mu.Unlock()
+	if free == 0 || maxFree != maxFreeBatches {
+		t.Fatalf("after 10 flushed batches %d slices kept for reuse, at most %d", free, maxFree)
+	}
+}
