@@ -8,6 +8,7 @@ import (
 	"log"
 	"math"
 	"os"
+	"os/exec"
 	"runtime"
 	"slices"
 	"strings"
@@ -842,6 +843,75 @@ func TestGoexitInFlush(t *testing.T) {
 	}
 	if got := rec.next(t); !slices.Equal(got, []int{2}) {
 		t.Fatalf("flushed %v after the Goexit, want [2]", got)
+	}
+}
+
+// A flush call that ends in runtime.Goexit is timed as long as it ran,
+// not as the call before it (bug 58: Latency recorded the previous
+// attempt's duration again, here the 20 ms of the first call).
+func TestGoexitInFlushIsTimed(t *testing.T) {
+	leak.Check(t)
+	const first = 20 * time.Millisecond
+	h, handedCh := handler[int]()
+	var calls atomic.Int32
+	b := New(func(context.Context, []int) error {
+		if calls.Add(1) == 1 {
+			time.Sleep(first) // the call's duration, not a wait for anything
+			return errBoom
+		}
+		runtime.Goexit()
+		return nil
+	}, WithRetry(2, 0, 0), WithErrorHandler(h), WithMaxWait(time.Hour))
+	ctx := context.Background()
+	b.Add(ctx, 1)
+	if err := b.Flush(ctx); !errors.Is(err, crew.ErrGoexit) {
+		t.Fatalf("Flush = %v, want an error wrapping crew.ErrGoexit", err)
+	}
+	receive(t, handedCh)
+	if err := b.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if s := b.Stats().Latency; s.Count != 2 || s.Total >= 2*first {
+		t.Fatalf("Latency count %d, total %v: want 2 calls, one of %v and one that ended at once", s.Count, s.Total, first)
+	}
+}
+
+// With GODEBUG=panicnil=1, a flush function's panic(nil) is recovered as
+// nil: it is a failed flush all the same, handed to the error handler
+// once the retries are spent (bug 59: the batch counted as flushed and its items were
+// lost without a word). Run in a child process with the setting.
+func TestPanicNilInFlushUnderGODEBUG(t *testing.T) {
+	if os.Getenv("BATCH_PANICNIL_CHILD") == "1" {
+		panicNilFlushChild(t)
+		return
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestPanicNilInFlushUnderGODEBUG$", "-test.count=1", "-test.v")
+	cmd.Env = append(os.Environ(), "BATCH_PANICNIL_CHILD=1", "GODEBUG=panicnil=1")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("child with GODEBUG=panicnil=1: %v\n%s", err, out)
+	}
+}
+
+func panicNilFlushChild(t *testing.T) {
+	leak.Check(t)
+	h, handedCh := handler[int]()
+	b := New(func(context.Context, []int) error {
+		panic(nil) //nolint:govet // the point of the test
+	}, WithRetry(1, 0, 0), WithErrorHandler(h), WithMaxWait(time.Hour))
+	ctx := context.Background()
+	b.Add(ctx, 1)
+	var pe *crew.PanicError
+	if err := b.Flush(ctx); !errors.As(err, &pe) {
+		t.Errorf("Flush = %v, want a *crew.PanicError", err)
+	}
+	if got := receive(t, handedCh); !slices.Equal(got.items, []int{1}) || !errors.As(got.err, &pe) {
+		t.Errorf("handed %v with %v, want [1] with a *crew.PanicError", got.items, got.err)
+	}
+	if err := b.Close(ctx); err != nil {
+		t.Errorf("Close = %v", err)
+	}
+	if s := b.Stats(); s.Flushed != 0 || s.Failed != 1 {
+		t.Errorf("stats: %d flushed, %d failed; want 0 and 1", s.Flushed, s.Failed)
 	}
 }
 

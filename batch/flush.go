@@ -21,6 +21,7 @@ type flushWaiter struct {
 type outcome struct {
 	err        error         // nil if flushed
 	attempts   int           // flush calls made
+	began      time.Time     // when the last call began
 	latency    time.Duration // duration of the last call
 	handedOver bool          // flushed, or given to the error handler
 }
@@ -122,7 +123,8 @@ func (b *Batcher[T]) drain(fromPool bool) {
 			b.mu.Unlock()
 			b.dispatch(start)
 		}()
-		if !o.handedOver {
+		if !o.handedOver { // the flush function called Goexit
+			o.latency = time.Since(o.began)
 			o.err = crew.ErrGoexit
 			o.handedOver = true
 			b.handOver(s.items, o.err)
@@ -188,9 +190,9 @@ func (b *Batcher[T]) deliver(items []T, o *outcome) {
 	}
 	for {
 		o.attempts++
-		start := time.Now()
+		o.began = time.Now()
 		err := b.call(items)
-		o.latency = time.Since(start)
+		o.latency = time.Since(o.began)
 		if err == nil {
 			o.handedOver = true // nothing to hand over
 			return
@@ -209,14 +211,18 @@ func (b *Batcher[T]) deliver(items []T, o *outcome) {
 }
 
 // call calls the flush function once, turning a panic into a
-// *crew.PanicError.
+// *crew.PanicError, panic(nil) under GODEBUG=panicnil=1 included: recover
+// returns nil for it as for runtime.Goexit, whose unwinding goes on.
 func (b *Batcher[T]) call(items []T) (err error) {
+	returned := false
 	defer func() {
-		if v := recover(); v != nil {
-			err = &crew.PanicError{Value: v, Stack: debug.Stack()}
+		if !returned {
+			err = &crew.PanicError{Value: recover(), Stack: debug.Stack()}
 		}
 	}()
-	return b.flushFn(b.flushCtx, items)
+	err = b.flushFn(b.flushCtx, items)
+	returned = true
+	return err
 }
 
 // finishLocked records the outcome of batch s, recycles its slice and
