@@ -260,7 +260,7 @@ func (b *Batcher[T]) Flush(ctx context.Context) error {
 	w := &flushWaiter{before: b.seq, done: make(chan struct{})}
 	b.waiters = append(b.waiters, w)
 	b.mu.Unlock()
-	b.dispatch(start)
+	b.dispatchAside(start)
 	select {
 	case <-w.done:
 		return w.err
@@ -321,7 +321,7 @@ func (b *Batcher[T]) Close(ctx context.Context) error {
 	b.drainedLocked()
 	drained := b.drained
 	b.mu.Unlock()
-	b.dispatch(start)
+	b.dispatchAside(start)
 	select {
 	case <-drained:
 	default: // prefer drained when ctx has ended too

@@ -616,6 +616,50 @@ func TestStoppedPool(t *testing.T) {
 	}
 }
 
+// Flush and Close on a stopped shared pool still give up when their ctx
+// ends (bug 60: they ran the flusher on their own goroutine and waited
+// for it, whatever ctx). The flush function here ends only when Close
+// cancels its context.
+func TestStoppedPoolFlushAndCloseGiveUp(t *testing.T) {
+	leak.Check(t)
+	p := crew.New(1)
+	p.Stop()
+	entered := make(chan struct{}, 2)
+	release := make(chan struct{})
+	b := New(func(ctx context.Context, _ []int) error {
+		entered <- struct{}{}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-release:
+			return nil
+		}
+	}, WithPool(p), WithMaxItems(10), WithMaxWait(time.Hour))
+	if err := b.Add(context.Background(), 1); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	flushed := make(chan error, 1)
+	go func() { flushed <- b.Flush(ctx) }()
+	receive(t, entered)
+	cancel()
+	if err := receive(t, flushed); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Flush = %v, want context.Canceled", err)
+	}
+	release <- struct{}{} // the first flush returns; the second waits for its context
+	if err := b.Add(context.Background(), 2); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel = context.WithCancel(context.Background())
+	closed := make(chan error, 1)
+	go func() { closed <- b.Close(ctx) }()
+	receive(t, entered)
+	cancel()
+	if err := receive(t, closed); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Close = %v, want context.Canceled", err)
+	}
+}
+
 // When Shutdown's deadline drops a flusher queued on a shared pool, the
 // Batcher learns of it and flushes the batch itself, so Flush and Close
 // return.

@@ -56,12 +56,24 @@ func (b *Batcher[T]) startLocked() launch {
 // refuses it (it was stopped), the flusher runs here instead, so that no
 // batch is left behind.
 func (b *Batcher[T]) dispatch(l launch) {
-	switch {
-	case l == launchHere:
-		b.drain(false)
-	case l == launchOnPool && b.pool.Go(b.drainFn) != nil && b.unqueue():
+	if b.submitFlusher(l) {
 		b.drain(false)
 	}
+}
+
+// dispatchAside is dispatch for Flush and Close, which watch a context
+// meanwhile: a flusher that the pool will not run goes on a goroutine of
+// its own, so that they can give up on it as on one the pool runs.
+func (b *Batcher[T]) dispatchAside(l launch) {
+	if b.submitFlusher(l) {
+		go b.drain(false)
+	}
+}
+
+// submitFlusher submits l's flusher to the pool, and reports whether the
+// caller must run it instead: the pool gave up, or refused it.
+func (b *Batcher[T]) submitFlusher(l launch) (runHere bool) {
+	return l == launchHere || l == launchOnPool && b.pool.Go(b.drainFn) != nil && b.unqueue()
 }
 
 // unqueue counts out of queued a flusher that the pool refused, and

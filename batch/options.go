@@ -141,7 +141,9 @@ func WithMaxConcurrentFlushes(n int) Option {
 // flusher goroutine takes batches one after the other; the first is
 // submitted with p.Go by the call that seals a batch (Add, Flush, Close or
 // the timer), which waits if p's queue is bounded and full, and runs the
-// flusher itself if p was stopped. Further flushers, for a backlog, are
+// flusher itself if p was stopped (Flush and Close run it on a goroutine
+// of its own, so that their ctx can still end their wait). Further
+// flushers, for a backlog, are
 // submitted with p.TrySubmit and skipped if p has no room. Should p's
 // Shutdown drop a flusher queued on it, the Batcher learns of it when the
 // deadline passes and flushes the batches on a goroutine of its own, as
