@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -613,6 +614,55 @@ func TestStoppedPool(t *testing.T) {
 	slices.Sort(rec.all)
 	if !slices.Equal(rec.all, seq(0, 5)) {
 		t.Fatalf("flushed %v", rec.all)
+	}
+}
+
+// Close that gives up on a long backlog hands every batch to the error
+// handler in a loop (bug 61: it recursed once per batch, so 10,000 batches
+// or more overflowed a stack of 8 MB, and a million the default 1 GB, after
+// minutes of a search that made it quadratic: 50,000 batches took 1.2 s,
+// now 15 ms). Run in a child process with the smaller stack.
+func TestCloseAbandonsALongBacklog(t *testing.T) {
+	if os.Getenv("BATCH_ABANDON_CHILD") == "1" {
+		abandonChild(t)
+		return
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestCloseAbandonsALongBacklog$", "-test.count=1", "-test.v")
+	cmd.Env = append(os.Environ(), "BATCH_ABANDON_CHILD=1")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("child abandoning 50,000 batches on an 8 MB stack: %v\n%.2000s", err, out)
+	}
+}
+
+func abandonChild(t *testing.T) {
+	leak.Check(t)
+	debug.SetMaxStack(8 << 20)
+	const n = 50000
+	started := make(chan struct{}, 1)
+	var handed atomic.Int64
+	b := New(func(ctx context.Context, _ []int) error {
+		select {
+		case started <- struct{}{}:
+		default:
+		}
+		<-ctx.Done()
+		return ctx.Err()
+	}, WithMaxItems(1), WithMaxPending(math.MaxInt, Block), WithMaxWait(time.Hour),
+		WithErrorHandler(func(context.Context, []int, error) { handed.Add(1) }))
+	ctx := context.Background()
+	for i := range n {
+		b.Add(ctx, i)
+	}
+	receive(t, started)
+	gaveUp, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := b.Close(gaveUp); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Close = %v, want context.Canceled", err)
+	}
+	// The batch being flushed goes to the handler later, as its flush
+	// returns; the others have gone by now.
+	if h := handed.Load(); h < n-1 {
+		t.Fatalf("%d batches handed to the error handler, want at least %d", h, n-1)
 	}
 }
 

@@ -263,10 +263,14 @@ func (b *Batcher[T]) finishLocked(s sealed[T], o outcome) {
 		b.stats.Batches++
 		b.stats.Flushed += uint64(n)
 	}
-	if i := slices.Index(b.inflight, s.seq); i >= 0 {
-		last := len(b.inflight) - 1
-		b.inflight[i] = b.inflight[last]
-		b.inflight = b.inflight[:last]
+	// From the end, keeping the order: abort lists the batches it
+	// abandons last, in the reverse of the order it finishes them, so that
+	// each is found and removed at once.
+	for i := len(b.inflight) - 1; i >= 0; i-- {
+		if b.inflight[i] == s.seq {
+			b.inflight = slices.Delete(b.inflight, i, i+1)
+			break
+		}
 	}
 	if len(b.free) < b.maxFree {
 		b.free = append(b.free, s.items[:0])
@@ -316,7 +320,7 @@ func (b *Batcher[T]) abort(ctx context.Context) error {
 	left := slices.Clone(b.ready[b.head:])
 	clear(b.ready)
 	b.ready, b.head = b.ready[:0], 0
-	for _, s := range left {
+	for _, s := range slices.Backward(left) {
 		b.inflight = append(b.inflight, s.seq)
 	}
 	b.mu.Unlock()
@@ -330,23 +334,35 @@ func (b *Batcher[T]) abort(ctx context.Context) error {
 
 // abandon hands each batch in left to the error handler with err and
 // finishes it. A handler that calls runtime.Goexit (t.FailNow in a test)
-// ends the caller's goroutine, but not before every batch is finished: each
-// goes on in a deferred call.
+// ends the caller's goroutine, but not before every batch is finished: the
+// rest goes on in a deferred call.
 func (b *Batcher[T]) abandon(left []sealed[T], err error) {
-	if len(left) == 0 {
-		return
-	}
-	s := left[0]
-	var o outcome
+	i, handing := 0, false
 	defer func() {
-		clear(s.items)
-		b.mu.Lock()
-		b.finishLocked(s, o)
-		b.mu.Unlock()
-		b.abandon(left[1:], err)
+		if handing { // the handler called runtime.Goexit
+			b.finishAbandoned(left[i], err)
+			b.abandon(left[i+1:], err)
+		}
 	}()
-	if len(s.items) > 0 { // not emptied by DropOldest
-		o.err = err
-		b.handOver(s.items, err)
+	for ; i < len(left); i++ {
+		if len(left[i].items) > 0 { // not emptied by DropOldest
+			handing = true
+			b.handOver(left[i].items, err)
+			handing = false
+		}
+		b.finishAbandoned(left[i], err)
 	}
+}
+
+// finishAbandoned finishes a batch that abandon handed to the error
+// handler with err, or an empty one.
+func (b *Batcher[T]) finishAbandoned(s sealed[T], err error) {
+	var o outcome
+	if len(s.items) > 0 {
+		o.err = err
+	}
+	clear(s.items)
+	b.mu.Lock()
+	b.finishLocked(s, o)
+	b.mu.Unlock()
 }
