@@ -201,9 +201,13 @@ func WithRetry(attempts int, base, maxDelay time.Duration) Option {
 // dropped by DropOldest, with ErrDropped. It is called from the goroutine
 // that flushed (or dropped), with a context that is never canceled, and
 // must not keep items after it returns: the slice is reused. A panic in it
-// is logged. The default handler logs failed flushes with the log package
-// and ignores drops, which Stats counts. T must be the Batcher's item type
-// and h not nil.
+// is logged. It may add the items back for a later try with TryAdd, or
+// with Add and a deadline: at the pending bound, the room Add waits for
+// may come only when this batch finishes, after the handler returns (a
+// Flush or Close from the handler would wait for it likewise, for ever).
+// The default handler logs failed flushes with the log package and
+// ignores drops, which Stats counts. T must be the Batcher's item type and
+// h not nil.
 func WithErrorHandler[T any](h func(ctx context.Context, items []T, err error)) Option {
 	return func(s *settings) {
 		if h == nil {
