@@ -555,16 +555,10 @@ func (kq *keyQueue[K]) after() bool {
 	switch {
 	case err == nil:
 		return false
-	case k.l.ex.layerInline(err):
+	case k.l.ex.layerInline(err): // the pool's queue is full, or it is stopping
 		return true
-	case err == ErrQueueFull:
-		// The executor lets no step go on with the next task (a
-		// RateLimited), and a worker must not wait for room: a goroutine
-		// waits instead.
-		go kq.submitWaiting()
-		return false
 	}
-	kq.abandonScheduled()
+	kq.abandonScheduled() // refused for good (a RateLimited never reports a full queue)
 	return false
 }
 
