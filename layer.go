@@ -128,8 +128,8 @@ func (p *Pool) giveUp() {
 	p.unlinked.Wait(nil, func() bool { return p.links.Load() == 0 })
 }
 
-// unlink counts out a layer's link to ended that has run or been undone.
-func (p *Pool) unlink() {
+// linkEnded counts out a layer's link to ended that has run or been undone.
+func (p *Pool) linkEnded() {
 	if p.links.Add(-1) == 0 {
 		p.unlinked.Broadcast()
 	}
@@ -308,7 +308,7 @@ func (l *layer) link() {
 // poolDone runs when the pool has given up, on a goroutine of its own;
 // Stop and Shutdown return only once it has.
 func (l *layer) poolDone() {
-	defer l.p.unlink()
+	defer l.p.linkEnded()
 	l.linkMu.Lock()
 	l.isLinked.Store(false)
 	l.unlink = nil
@@ -333,7 +333,7 @@ func (l *layer) wait(what string) {
 		l.isLinked.Store(false)
 		if l.unfinished.Load() == 0 {
 			if l.unlink() { // poolDone will not run
-				l.p.unlink()
+				l.p.linkEnded()
 			}
 			l.unlink = nil
 		} else {
