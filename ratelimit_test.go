@@ -52,6 +52,9 @@ func TestRateLimitedHoldsNoWorker(t *testing.T) {
 	for range 3 {
 		rl.Go(func() { ran.Add(1) })
 	}
+	// The pool's queue is not FIFO across its shards: wait for the task
+	// that had a token before looking for the worker it must not hold.
+	waitUntil(t, trapDeadline, "the task with a token to run", func() bool { return ran.Load() == 1 })
 	done := make(chan struct{})
 	p.Go(func() { close(done) })
 	recvWithin(t, done, "a plain task while rate-limited ones wait")
