@@ -568,6 +568,55 @@ func TestGroupShutdown(t *testing.T) {
 	}
 }
 
+// Nor does a group's step that finishes its task while Shutdown drops the
+// pool's queue, before it cancels the pool's context, start the group's
+// next task itself (bug 62: it did). The Drop hook, which the drop calls,
+// holds that moment open.
+func TestGroupShutdownDropsWhatADrainingStepLeaves(t *testing.T) {
+	leak.Check(t)
+	releaseA := make(chan struct{})
+	aStarted := make(chan struct{})
+	bStarted := make(chan struct{})
+	stepDone := make(chan struct{}, 16)
+	var once sync.Once
+	p := crew.New(1, crew.WithHooks(crew.Hooks{
+		TaskFinish: func(crew.TaskEvent) { stepDone <- struct{}{} },
+		Drop: func(ev crew.TaskEvent) {
+			if ev.Err != crew.ErrDropped {
+				return
+			}
+			once.Do(func() {
+				close(releaseA)
+				select { // A's step goes on with B, or ends
+				case <-bStarted:
+				case <-stepDone:
+				case <-time.After(schedDeadline):
+				}
+			})
+		},
+	}))
+	g := p.Group(context.Background(), crew.WithLimit(1)) // B waits for A's slot, stepless
+	g.Go(func(context.Context) error { close(aStarted); <-releaseA; return nil })
+	<-aStarted
+	var ranB atomic.Bool
+	g.Go(func(context.Context) error { ranB.Store(true); close(bStarted); return nil })
+	if err := p.Go(func() {}); err != nil { // queued behind A, for the drop
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // the deadline has passed
+	var serr *crew.ShutdownError
+	if err := p.Shutdown(ctx); !errors.As(err, &serr) {
+		t.Fatalf("Shutdown = %v, want a *ShutdownError", err)
+	}
+	if err := waitGroupErr(t, g); !errors.Is(err, crew.ErrStopped) {
+		t.Fatalf("Wait = %v, want ErrStopped", err)
+	}
+	if ranB.Load() {
+		t.Fatal("B started after Shutdown's deadline had passed")
+	}
+}
+
 func TestGroupConcurrentWaiters(t *testing.T) {
 	leak.Check(t)
 	p := crew.New(2)

@@ -408,10 +408,12 @@ func (c *core[I]) helpOne() bool {
 // the caller should go on with the next queued task itself because the
 // pool would not take a step for it.
 func (c *core[I]) runItem(e entry[I]) (again bool) {
-	if c.ctx.Err() == nil && c.pctx != nil && c.pctx.Err() != nil {
+	if c.ctx.Err() == nil && c.pctx != nil && (c.pctx.Err() != nil || c.p.gaveUp.Load()) {
 		// AfterFunc cancels the group on a goroutine of its own, maybe
 		// later: cancel now, so that no queued task starts meanwhile (bug
-		// 52 in RELIABILITY.md).
+		// 52 in RELIABILITY.md). Shutdown marks the pool as giving up
+		// before it drops its queue and cancels its context, and a task
+		// must not start in between either (bug 62).
 		c.poolEnded()
 	}
 	if c.ctx.Err() != nil {
