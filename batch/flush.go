@@ -315,7 +315,6 @@ func (b *Batcher[T]) wakeWaitersLocked() {
 // abort is Close giving up when ctx ends: the running flushes are
 // canceled and the batches no flusher took yet go to the error handler.
 func (b *Batcher[T]) abort(ctx context.Context) error {
-	b.cancel()
 	b.mu.Lock()
 	left := slices.Clone(b.ready[b.head:])
 	clear(b.ready)
@@ -324,6 +323,10 @@ func (b *Batcher[T]) abort(ctx context.Context) error {
 		b.inflight = append(b.inflight, s.seq)
 	}
 	b.mu.Unlock()
+	// Cancel once the batches not yet started are taken: a flusher whose
+	// flush the cancellation ends must not take one of them and call the
+	// flush function with a context already cancelled.
+	b.cancel()
 	if b.ownPool {
 		// The pool's workers end when the running flush calls return.
 		defer func() { go b.pool.Stop() }() // even if a handler calls Goexit
