@@ -532,9 +532,12 @@ func (kq *keyQueue[K]) after() bool {
 		return false
 	}
 	if kq.q.n == 0 {
-		if kq.starting {
+		switch {
+		case kq.starting:
 			kq.state = keyIdle // the starting Go deals with it
-		} else {
+		case k.stopping():
+			k.remove(kq, true) // no bucket to keep refilling: nothing will start
+		default:
 			kq.idle()
 		}
 		sh.mu.Unlock()

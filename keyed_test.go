@@ -644,3 +644,31 @@ func TestKeyedGoInsideAndOutsideOnBoundedPool(t *testing.T) {
 		t.Fatalf("%d panics, %d overlaps, %d ran of %d accepted; Stats %+v", panics.Load(), overlaps.Load(), ran.Load(), accepted.Load(), s)
 	}
 }
+
+// A key whose task was running when Shutdown gave up keeps no bucket
+// refilling afterwards: it is gone with the others (its timer stayed armed
+// until the bucket was full again, here an hour, holding the Keyed). The
+// running task returns only once the Keyed has dropped key 2's task.
+func TestKeyedShutdownLeavesNoRefillingKey(t *testing.T) {
+	leak.Check(t)
+	p := crew.New(1)
+	k := crew.NewKeyed[int](p, crew.WithKeyRate(crew.Rate{Limit: 1, Per: time.Hour}))
+	running := make(chan struct{})
+	others := make(chan *crew.Task, 1)
+	if err := k.Go(1, func() { close(running); <-(<-others).Done() }); err != nil {
+		t.Fatal(err)
+	}
+	<-running
+	other := k.Submit(2, func(context.Context) error { return nil }) // its step waits behind key 1's
+	others <- other
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // the deadline has passed
+	p.Shutdown(ctx)
+	k.Wait()
+	if err := other.Wait(); err != crew.ErrDropped {
+		t.Fatalf("key 2's task = %v, want ErrDropped", err)
+	}
+	if s := k.Stats(); s.Keys != 0 {
+		t.Fatalf("after Shutdown, Stats %+v: want no key left", s)
+	}
+}
