@@ -574,27 +574,8 @@ func TestGroupShutdown(t *testing.T) {
 // holds that moment open.
 func TestGroupShutdownDropsWhatADrainingStepLeaves(t *testing.T) {
 	leak.Check(t)
-	releaseA := make(chan struct{})
-	aStarted := make(chan struct{})
-	bStarted := make(chan struct{})
-	stepDone := make(chan struct{}, 16)
-	var once sync.Once
-	p := crew.New(1, crew.WithHooks(crew.Hooks{
-		TaskFinish: func(crew.TaskEvent) { stepDone <- struct{}{} },
-		Drop: func(ev crew.TaskEvent) {
-			if ev.Err != crew.ErrDropped {
-				return
-			}
-			once.Do(func() {
-				close(releaseA)
-				select { // A's step goes on with B, or ends
-				case <-bStarted:
-				case <-stepDone:
-				case <-time.After(schedDeadline):
-				}
-			})
-		},
-	}))
+	releaseA, aStarted, bStarted := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	p := poolHeldInDrain(releaseA, bStarted)
 	g := p.Group(context.Background(), crew.WithLimit(1)) // B waits for A's slot, stepless
 	g.Go(func(context.Context) error { close(aStarted); <-releaseA; return nil })
 	<-aStarted

@@ -230,27 +230,8 @@ func TestPriorityOnRateLimitedLearnsOfTwoDroppedSteps(t *testing.T) {
 // hook, which the drop calls, holds that moment open.
 func TestKeyedShutdownDropsWhatADrainingStepLeaves(t *testing.T) {
 	leak.Check(t)
-	releaseA := make(chan struct{})
-	aStarted := make(chan struct{})
-	bStarted := make(chan struct{})
-	stepDone := make(chan struct{}, 16)
-	var once sync.Once
-	p := crew.New(1, crew.WithHooks(crew.Hooks{
-		TaskFinish: func(crew.TaskEvent) { stepDone <- struct{}{} },
-		Drop: func(ev crew.TaskEvent) {
-			if ev.Err != crew.ErrDropped {
-				return
-			}
-			once.Do(func() {
-				close(releaseA)
-				select { // A's step goes on with B, or ends
-				case <-bStarted:
-				case <-stepDone:
-				case <-time.After(schedDeadline):
-				}
-			})
-		},
-	}))
+	releaseA, aStarted, bStarted := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	p := poolHeldInDrain(releaseA, bStarted)
 	k := crew.NewKeyed[int](p)
 	if err := k.Go(1, func() { close(aStarted); <-releaseA }); err != nil {
 		t.Fatal(err)

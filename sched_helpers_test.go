@@ -56,3 +56,34 @@ func recvWithin[T any](t *testing.T, ch <-chan T, what string) T {
 func quietPanics(n *atomic.Int64) crew.Option {
 	return crew.WithPanicHandler(func(*crew.PanicError) { n.Add(1) })
 }
+
+// poolHeldInDrain returns a one-worker pool whose Shutdown, once its
+// deadline has passed, holds open the moment between dropping the queue
+// and cancelling the pool's context: the Drop hook that the drop calls
+// closes release, then waits until started is closed or a task (the
+// released one's step) finishes.
+func poolHeldInDrain(release, started chan struct{}) *crew.Pool {
+	finished := make(chan struct{}, 1)
+	var once sync.Once
+	return crew.New(1, crew.WithHooks(crew.Hooks{
+		TaskFinish: func(crew.TaskEvent) {
+			select {
+			case finished <- struct{}{}:
+			default:
+			}
+		},
+		Drop: func(ev crew.TaskEvent) {
+			if ev.Err != crew.ErrDropped {
+				return
+			}
+			once.Do(func() {
+				close(release)
+				select { // the released step goes on with the next task, or ends
+				case <-started:
+				case <-finished:
+				case <-time.After(schedDeadline):
+				}
+			})
+		},
+	}))
+}
