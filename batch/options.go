@@ -143,11 +143,10 @@ func WithMaxConcurrentFlushes(n int) Option {
 // the timer), which waits if p's queue is bounded and full, and runs the
 // flusher itself if p was stopped (Flush and Close run it on a goroutine
 // of its own, so that their ctx can still end their wait). Further
-// flushers, for a backlog, are
-// submitted with p.TrySubmit and skipped if p has no room. Should p's
-// Shutdown drop a flusher queued on it, the Batcher learns of it when the
-// deadline passes and flushes the batches on a goroutine of its own, as
-// for a stopped pool. p must not be nil.
+// flushers, for a backlog, are submitted with p.TrySubmit and skipped if p
+// has no room. Should p's Shutdown drop a flusher queued on it, the
+// Batcher learns of it when the deadline passes and flushes the batches on
+// a goroutine of its own. p must not be nil.
 func WithPool(p *crew.Pool) Option {
 	return func(s *settings) {
 		if p == nil {
