@@ -454,8 +454,9 @@ func (kq *keyQueue[K]) abandonScheduled() {
 		return
 	}
 	dropped := kq.k.dropAll(kq, true)
+	kq.k.l.holdDrop()
 	sh.mu.Unlock()
-	kq.k.l.dropEntries(dropped...)
+	kq.k.l.dropTaken(dropped)
 }
 
 // run is the key's step: it runs the key's first task, then passes the key

@@ -125,13 +125,13 @@ func (p *Pool) giveUp() {
 	}
 	p.mu.Unlock()
 	p.cancel()
-	p.unlinked.Wait(nil, func() bool { return p.links.Load() == 0 })
+	p.released.Wait(nil, func() bool { return p.holds.Load() == 0 })
 }
 
-// linkEnded counts out a layer's link to ended that has run or been undone.
-func (p *Pool) linkEnded() {
-	if p.links.Add(-1) == 0 {
-		p.unlinked.Broadcast()
+// release counts out one of the holds that giveUp waits for.
+func (p *Pool) release() {
+	if p.holds.Add(-1) == 0 {
+		p.released.Broadcast()
 	}
 }
 
@@ -213,6 +213,26 @@ func (l *layer) dropEntries(es ...layerEntry) {
 		l.dropped.Add(uint64(n))
 		l.done(n)
 	}
+}
+
+// holdDrop keeps Stop and Shutdown from returning (see Pool.giveUp) until
+// dropTaken has dropped the entries that the caller took off its queue
+// under its lock: the layer's abandon, which takes the same lock, finds
+// them gone. Call it under that lock.
+func (l *layer) holdDrop() {
+	if l.p != nil {
+		l.p.holds.Add(1)
+	}
+}
+
+// dropTaken drops entries taken under holdDrop, then lets Stop return.
+func (l *layer) dropTaken(es []layerEntry) {
+	defer func() {
+		if l.p != nil {
+			l.p.release()
+		}
+	}()
+	l.dropEntries(es...)
 }
 
 // newLayerTask returns a Task for a layer's Submit, or one already done with
@@ -298,7 +318,7 @@ func (l *layer) link() {
 	}
 	l.linkMu.Lock()
 	if !l.isLinked.Load() {
-		p.links.Add(1)
+		p.holds.Add(1)
 		l.unlink = context.AfterFunc(p.endedContext(), l.poolDone)
 		l.isLinked.Store(true)
 	}
@@ -308,7 +328,7 @@ func (l *layer) link() {
 // poolDone runs when the pool has given up, on a goroutine of its own;
 // Stop and Shutdown return only once it has.
 func (l *layer) poolDone() {
-	defer l.p.linkEnded()
+	defer l.p.release()
 	l.linkMu.Lock()
 	l.isLinked.Store(false)
 	l.unlink = nil
@@ -333,7 +353,7 @@ func (l *layer) wait(what string) {
 		l.isLinked.Store(false)
 		if l.unfinished.Load() == 0 {
 			if l.unlink() { // poolDone will not run
-				l.p.linkEnded()
+				l.p.release()
 			}
 			l.unlink = nil
 		} else {

@@ -310,3 +310,60 @@ func TestLayersHaveDroppedWhenStopReturns(t *testing.T) {
 		}
 	}
 }
+
+// Nor when a layer's own timer finds the pool stopped while Stop waits for
+// a running task, and drops the waiting tasks itself: Stop returns once
+// they are dropped (bug 64: it waited only for the layer's response to
+// the pool's end, which then found nothing left to drop). A token comes
+// due while Stop waits for the gate; the drop of many tasks takes long
+// enough to be seen.
+func TestLayersTimerDropsFinishBeforeStopReturns(t *testing.T) {
+	leak.Check(t)
+	n := scaled(50000, 5)
+	rate := crew.Rate{Limit: 1, Per: 20 * time.Millisecond}
+	for _, c := range []struct {
+		name string
+		make func(p *crew.Pool) (goFn func(func()) error, submit func(func(context.Context) error) *crew.Task, stats func() crew.LayerStats, wait func())
+	}{
+		{"RateLimited", func(p *crew.Pool) (func(func()) error, func(func(context.Context) error) *crew.Task, func() crew.LayerStats, func()) {
+			r := crew.NewRateLimited(p, rate)
+			return r.Go, r.Submit, r.Stats, r.Wait
+		}},
+		{"Keyed WithKeyRate", func(p *crew.Pool) (func(func()) error, func(func(context.Context) error) *crew.Task, func() crew.LayerStats, func()) {
+			k := crew.NewKeyed[int](p, crew.WithKeyRate(rate))
+			return func(f func()) error { return k.Go(1, f) },
+				func(f func(context.Context) error) *crew.Task { return k.Submit(1, f) }, k.Stats, k.Wait
+		}},
+	} {
+		p := crew.New(1)
+		goFn, submit, stats, wait := c.make(p)
+		ran := make(chan struct{})
+		if err := goFn(func() { close(ran) }); err != nil { // takes the token
+			t.Fatal(err)
+		}
+		recvWithin(t, ran, c.name+": the first task")
+		var runs atomic.Int64 // a token may come due before Stop begins
+		tasks := make([]*crew.Task, n)
+		for i := range tasks {
+			tasks[i] = submit(func(context.Context) error { runs.Add(1); return nil })
+		}
+		release := gate(t, p) // Stop waits for it while the token comes due
+		stopped := make(chan struct{})
+		go func() { p.Stop(); close(stopped) }()
+		waitUntil(t, schedDeadline, c.name+": the timer to take the waiting tasks", func() bool { return stats().Waiting == 0 })
+		release()
+		recvWithin(t, stopped, c.name+": Stop")
+		notDone := 0
+		for _, task := range tasks {
+			select {
+			case <-task.Done():
+			default:
+				notDone++
+			}
+		}
+		if s := stats(); notDone > 0 || s.Dropped+uint64(runs.Load()) != uint64(n) {
+			t.Errorf("%s: right after Stop, %d of %d tasks not done, %d ran; stats %+v", c.name, notDone, n, runs.Load(), s)
+		}
+		wait()
+	}
+}

@@ -47,11 +47,12 @@ type Pool struct {
 	gaveUp    atomic.Bool
 	ended     context.Context
 	endedStop context.CancelFunc
-	// links counts the layers' calls registered on ended that have
-	// neither run to the end nor been undone: giveUp waits for them, so
-	// that the layers have dropped what they hold when Stop returns.
-	links    atomic.Int64
-	unlinked notify.Cond
+	// holds counts what giveUp waits for, so that the layers have dropped
+	// what they hold when Stop returns: their calls registered on ended
+	// that have neither run to the end nor been undone, and their drops
+	// under way (see layer.holdDrop).
+	holds    atomic.Int64
+	released notify.Cond
 }
 
 // New returns a pool that runs at most maxWorkers tasks at a time.

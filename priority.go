@@ -366,8 +366,9 @@ func (q *Priority) dropQueued() {
 	}
 	q.h, q.entries, q.free = nil, nil, nil
 	q.countOrphans()
+	q.l.holdDrop()
 	q.mu.Unlock()
-	q.l.dropEntries(dropped...)
+	q.l.dropTaken(dropped)
 }
 
 // store keeps e in a free slot of entries and returns the slot.

@@ -283,8 +283,9 @@ func (r *RateLimited) submit(n int, how submitMode) {
 		for r.q.n > r.inflight {
 			dropped = append(dropped, r.q.popBack())
 		}
+		r.l.holdDrop()
 		r.mu.Unlock()
-		r.l.dropEntries(dropped...)
+		r.l.dropTaken(dropped)
 		return
 	}
 }
