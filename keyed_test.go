@@ -501,9 +501,10 @@ func TestLayersSurviveAPanickingPanicHandler(t *testing.T) {
 	q := crew.NewPriority(p)
 	q.Go(0, func() { panic("task") })
 	within(t, schedDeadline, "Priority.Wait", q.Wait)
-	if n := handled.Load(); n < 3 { // the third call panicked inside Priority's step
-		t.Fatalf("the panic handler ran %d times, want at least 3", n)
-	}
+	// The third call panicked inside Priority's step. (The second, on the
+	// worker that the Keyed's step panicked out of, may still be on its
+	// way: Keyed.Wait does not wait for that worker.)
+	waitUntil(t, schedDeadline, "three calls of the panic handler", func() bool { return handled.Load() >= 3 })
 }
 
 // A Go from inside a task, for a key whose first Go (from outside) waits
