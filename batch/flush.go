@@ -135,8 +135,10 @@ func (b *Batcher[T]) drain(fromPool bool) {
 			b.mu.Unlock()
 			b.dispatch(start)
 		}()
-		if !o.handedOver { // the flush function called Goexit
-			o.latency = time.Since(o.began)
+		if !o.handedOver { // the flush function called Goexit, or a pool hook
+			if o.attempts > 0 {
+				o.latency = time.Since(o.began)
+			}
 			o.err = crew.ErrGoexit
 			o.handedOver = true
 			b.handOver(s.items, o.err)
@@ -152,7 +154,7 @@ func (b *Batcher[T]) drain(fromPool bool) {
 		b.queued--
 	}
 	for b.head < len(b.ready) {
-		s = b.ready[b.head]
+		s, o = b.ready[b.head], outcome{}
 		b.ready[b.head] = sealed[T]{}
 		b.head++
 		if b.head == len(b.ready) {
@@ -169,7 +171,6 @@ func (b *Batcher[T]) drain(fromPool bool) {
 			b.flushing-- // this flusher goes on alone
 			b.mu.Unlock()
 		}
-		o = outcome{}
 		b.deliver(s.items, &o)
 		clear(s.items)
 		b.mu.Lock()
