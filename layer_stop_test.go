@@ -314,13 +314,14 @@ func TestLayersHaveDroppedWhenStopReturns(t *testing.T) {
 // Nor when a layer's own timer finds the pool stopped while Stop waits for
 // a running task, and drops the waiting tasks itself: Stop returns once
 // they are dropped (bug 64: it waited only for the layer's response to
-// the pool's end, which then found nothing left to drop). A token comes
-// due while Stop waits for the gate; the drop of many tasks takes long
+// the pool's end, which then found nothing left to drop). The next token
+// comes due 300 ms after the first task, once Stop has closed the pool
+// and while it waits for the gate; the drop of many tasks takes long
 // enough to be seen.
 func TestLayersTimerDropsFinishBeforeStopReturns(t *testing.T) {
 	leak.Check(t)
 	n := scaled(50000, 5)
-	rate := crew.Rate{Limit: 1, Per: 20 * time.Millisecond}
+	rate := crew.Rate{Limit: 1, Per: 300 * time.Millisecond}
 	for _, c := range []struct {
 		name string
 		make func(p *crew.Pool) (goFn func(func()) error, submit func(func(context.Context) error) *crew.Task, stats func() crew.LayerStats, wait func())
@@ -342,7 +343,7 @@ func TestLayersTimerDropsFinishBeforeStopReturns(t *testing.T) {
 			t.Fatal(err)
 		}
 		recvWithin(t, ran, c.name+": the first task")
-		var runs atomic.Int64 // a token may come due before Stop begins
+		var runs atomic.Int64 // none should run, but counted all the same
 		tasks := make([]*crew.Task, n)
 		for i := range tasks {
 			tasks[i] = submit(func(context.Context) error { runs.Add(1); return nil })
@@ -350,6 +351,7 @@ func TestLayersTimerDropsFinishBeforeStopReturns(t *testing.T) {
 		release := gate(t, p) // Stop waits for it while the token comes due
 		stopped := make(chan struct{})
 		go func() { p.Stop(); close(stopped) }()
+		waitUntil(t, schedDeadline, c.name+": Stop to close the pool", func() bool { return p.Go(func() {}) == crew.ErrStopped })
 		waitUntil(t, schedDeadline, c.name+": the timer to take the waiting tasks", func() bool { return stats().Waiting == 0 })
 		release()
 		recvWithin(t, stopped, c.name+": Stop")
