@@ -971,9 +971,10 @@ func TestGoexitInFlushIsTimed(t *testing.T) {
 }
 
 // With GODEBUG=panicnil=1, a flush function's panic(nil) is recovered as
-// nil: it is a failed flush all the same, handed to the error handler
-// once the retries are spent (bug 59: the batch counted as flushed and its items were
-// lost without a word). Run in a child process with the setting.
+// nil: it is a failed flush all the same, handed to the error handler once
+// the retries are spent (bug 59: the batch counted as flushed and its
+// items were lost without a word). Run in a child process with the
+// setting.
 func TestPanicNilInFlushUnderGODEBUG(t *testing.T) {
 	if os.Getenv("BATCH_PANICNIL_CHILD") == "1" {
 		panicNilFlushChild(t)
