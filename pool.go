@@ -93,10 +93,11 @@ func New(maxWorkers int, opts ...Option) *Pool {
 
 // Go submits task to run on a worker and returns without waiting for it.
 // It allocates nothing; BENCHMARKS.md has its cost per task (tens of
-// nanoseconds on two cores). While every worker the limit allows is busy
-// and tasks already wait, Go yields its processor once (runtime.Gosched)
-// before queueing, so that a producer outpacing the pool lets the workers
-// catch up.
+// nanoseconds on two cores). While every worker the limit allows is busy,
+// tasks already wait and the tasks are short (a few microseconds or less),
+// Go yields its processor once (runtime.Gosched) before queueing, so that
+// a producer outpacing the pool lets the workers catch up; longer tasks
+// would keep the yield waiting, so Go then queues at once.
 //
 // If the pool's queue is bounded and full, Go waits for room, or returns
 // ErrQueueFull WithNonBlocking. Called from inside one of the pool's own

@@ -34,6 +34,7 @@ type worker[T any] struct {
 	ended              *endedTask[T] // a task that left loop by neither return nor panic
 	finished           atomic.Uint64 // tasks run to an end; written by this worker only
 	slot               int           // index in e.all, guarded by e.allMu
+	untimed            int           // tasks to run before timing one (see runTimed)
 }
 
 // endedTask is a task that called runtime.Goexit, or panic(nil) under
@@ -235,11 +236,32 @@ func (w *worker[T]) loop(searching bool) (retired bool) {
 			return true
 		}
 		searching = false
-		w.run(t)
+		if w.untimed--; w.untimed < 0 {
+			w.runTimed(t)
+		} else {
+			w.run(t)
+		}
 		w.finished.Add(1)
 		if w.done++; w.done >= completionBatch || e.bounded {
 			w.flush(false)
 		}
+	}
+}
+
+// runTimed runs t and times it, for the producers' choice between yielding
+// and spilling (see yieldBeforeSpill). Two clock reads cost about 50 ns,
+// so while tasks are short a worker times one in timeEvery; while they are
+// long it times each, to see soon when they are short again.
+func (w *worker[T]) runTimed(t T) {
+	e := w.e
+	began := e.now()
+	w.run(t)
+	long := e.now()-began > int64(longTask)
+	if e.longTasks.Load() != long {
+		e.longTasks.Store(long) // a line that producers read: written on change only
+	}
+	if !long {
+		w.untimed = timeEvery - 1
 	}
 }
 

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -134,4 +135,56 @@ func occupy(t *testing.T, e *Engine[func()], n int64) chan struct{} {
 		}
 	}
 	return release
+}
+
+// A producer does not pace itself by long tasks: a yield at a full ring
+// would wait until the worker that takes its processor runs out of tasks
+// or is preempted, making an unbounded Push as slow as the tasks. On one
+// processor, with short tasks first (so the producer yields), then 1,000
+// tasks of 50 µs of processor time each: before the workers timed tasks,
+// 936-976 had run when the last Push returned; now at most the ringfuls
+// before the first long one timed.
+func TestLongTasksDoNotPaceTheProducer(t *testing.T) {
+	leak.Check(t)
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	e := New(Config[func()]{MaxWorkers: 1, QueueSize: -1, IdleTimeout: time.Second, Run: func(f func()) { f() }})
+	defer stop(e)
+	push := func(n int, task func()) {
+		for range n {
+			if err := e.Push(nil, task); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	wait := func() {
+		if err := e.Wait(nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	push(2*timeEvery, func() {})
+	wait()
+	if e.longTasks.Load() {
+		t.Fatal("empty tasks timed as long")
+	}
+	const tasks = 1000
+	var ran atomic.Int64
+	push(tasks, func() {
+		for began := time.Now(); time.Since(began) < 50*time.Microsecond; {
+		}
+		ran.Add(1)
+	})
+	if n := ran.Load(); n > tasks/2 {
+		t.Errorf("%d of %d tasks of 50 µs had run when the last Push returned: the producer waited for them", n, tasks)
+	}
+	wait()
+	if !e.longTasks.Load() {
+		t.Error("tasks of 50 µs not timed as long")
+	}
+	// Short tasks again: each task is timed while tasks are long, so the
+	// first short one ends the long-task mode.
+	push(1, func() {})
+	wait()
+	if e.longTasks.Load() {
+		t.Error("an empty task after long ones did not end the long-task mode")
+	}
 }
