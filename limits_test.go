@@ -253,6 +253,62 @@ func TestResizeBelowTheMinimumKeepsIt(t *testing.T) {
 	}
 }
 
+// After Resize below the minimum and back, the pool starts workers up to
+// the minimum again, as New does, rather than waiting for a burst.
+// (Until the eleventh session it stayed at the lowest limit; found by a
+// review.)
+func TestResizeBackAboveTheMinimumRestoresIt(t *testing.T) {
+	leak.Check(t)
+	p := crew.New(4, crew.WithMinWorkers(4), crew.WithIdleTimeout(10*time.Millisecond))
+	defer p.Stop()
+	waitUntil(t, trapDeadline, "the 4 minimum workers", func() bool { return p.Stats().Workers == 4 })
+	if err := p.Resize(1); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, trapDeadline, "workers to retire to the limit", func() bool { return p.Stats().Workers == 1 })
+	if err := p.Resize(4); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, trapDeadline, "the minimum back", func() bool { return p.Stats().Workers == 4 })
+}
+
+// A task that calls runtime.Goexit ends its worker's goroutine; a pool
+// kept at a minimum of workers replaces it even when no task waits.
+// (Until the eleventh session the replacement came only for unfinished
+// tasks; found by a review.)
+func TestGoexitKeepsTheMinimumWorkers(t *testing.T) {
+	leak.Check(t)
+	p := crew.New(2, crew.WithMinWorkers(2), crew.WithIdleTimeout(10*time.Millisecond))
+	defer p.Stop()
+	waitUntil(t, trapDeadline, "the 2 minimum workers", func() bool { return p.Stats().Workers == 2 })
+	p.Go(runtime.Goexit)
+	p.Wait()
+	waitUntil(t, trapDeadline, "a replacement for the worker that Goexit ended", func() bool { return p.Stats().Workers == 2 })
+}
+
+// Resize starts workers for the queued tasks that no searching worker
+// will take, not one per step up to the new limit. (Until the eleventh
+// session, one queued task behind a busy worker made Resize(1<<20) start
+// thousands of workers at GOMAXPROCS=1, and all 1,000 of Resize(1000);
+// found by a review.)
+func TestResizeStartsWorkersForQueuedTasksOnly(t *testing.T) {
+	leak.Check(t)
+	p := crew.New(1)
+	defer p.Stop()
+	release := gate(t, p)
+	defer release()
+	ran := make(chan struct{})
+	p.Go(func() { close(ran) })
+	if err := p.Resize(1 << 20); err != nil {
+		t.Fatal(err)
+	}
+	w := p.Stats().Workers
+	recvWithin(t, ran, "the queued task")
+	if w > 3 {
+		t.Errorf("Resize with one task queued behind one running started %d workers, want 1 or 2", w-1)
+	}
+}
+
 // A worker that moves a spilled backlog back into its shard's ring counts
 // the moved tasks in two places for a moment; Stats must not count them
 // twice. (Until bug 47 was fixed, Submitted ran up to 571 over here, and

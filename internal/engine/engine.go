@@ -182,9 +182,7 @@ func New[T any](cfg Config[T]) *Engine[T] {
 	e.maxWorkers.Store(int64(cfg.MaxWorkers))
 	e.minWorkers = int64(cfg.MinWorkers)
 	e.capacity.Store(capacity(int64(cfg.MaxWorkers), e.queue))
-	for range cfg.MinWorkers {
-		e.spawn()
-	}
+	e.keepMinimum()
 	return e
 }
 
@@ -556,15 +554,31 @@ func (e *Engine[T]) Exit() {
 }
 
 // Resize changes the worker limit to n > 0. Extra workers retire after their
-// current task; when n grows, workers start for queued tasks at once.
+// current task; when n grows, workers start for queued tasks at once, one
+// per task that no searching worker will take, and up to the minimum.
 func (e *Engine[T]) Resize(n int) {
 	old := e.maxWorkers.Swap(int64(n))
 	if e.bounded {
 		e.capacity.Store(capacity(int64(n), e.queue))
 		e.spaceSig.Broadcast()
 	}
-	for i := old; i < int64(n) && e.queued() > 0; i++ {
-		e.wake()
+	// A woken or new worker counts as searching at once, but takes its
+	// task only once it runs: counted against queued alone, one task
+	// started a worker per step of the loop (all 1,000 of a Resize from 1
+	// to 1,000 at GOMAXPROCS=1).
+	for i := old; i < int64(n) && e.queued() > int64(e.searching.Load()); i++ {
+		if !e.wake() {
+			break
+		}
+	}
+	e.keepMinimum()
+}
+
+// keepMinimum starts workers while fewer than the minimum (as far as the
+// limit allows) are live: in New, after Resize, and in place of a worker
+// whose goroutine a task ended.
+func (e *Engine[T]) keepMinimum() {
+	for e.workers.Load()&countMask < min(e.minWorkers, e.maxWorkers.Load()) && e.spawn() {
 	}
 }
 

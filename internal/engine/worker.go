@@ -45,11 +45,16 @@ type endedTask[T any] struct {
 }
 
 // wake makes sure some worker will look at the queues: it wakes a parked
-// worker, or starts one if the limit allows.
-func (e *Engine[T]) wake() {
-	if !e.wakeParked() && e.spawn() {
-		e.lastWake.Store(e.now())
+// worker, or starts one if the limit allows. It reports whether it did.
+func (e *Engine[T]) wake() bool {
+	if e.wakeParked() {
+		return true
 	}
+	if e.spawn() {
+		e.lastWake.Store(e.now())
+		return true
+	}
+	return false
 }
 
 // wakeParked wakes a parked worker, if there is one, and reports whether
@@ -154,7 +159,8 @@ func (w *worker[T]) Run() {
 		if !retired {
 			// runtime.Goexit in a task or in newRunner, or a panic about
 			// to crash the program: this goroutine ends now. Hand its
-			// slot to a new worker.
+			// slot to a new worker, if there is work or the minimum
+			// wants one.
 			if w.ended != nil && e.onGoexit != nil {
 				e.onGoexit(w.ended.t)
 			}
@@ -162,6 +168,7 @@ func (w *worker[T]) Run() {
 			if e.unfinished() > 0 {
 				e.wake()
 			}
+			e.keepMinimum()
 		}
 		if done != nil {
 			done()
