@@ -191,6 +191,10 @@ type core[I any] struct {
 	lost func(seq int)
 	// grow, if set, is called under mu when seq is given to a new task.
 	grow func(seq int)
+	// stranded, if set, is called when tasks were left in the queue
+	// without a step, the pool taking none: goroutines that wait other
+	// than in wait may run them (see Stream.Go).
+	stranded func()
 
 	mu         sync.Mutex
 	q          fifo[I]
@@ -352,6 +356,9 @@ func (c *core[I]) submit(n int, fromGo bool) bool {
 		idle := c.running+c.pending == 0
 		c.signal()
 		c.mu.Unlock()
+		if c.stranded != nil {
+			c.stranded()
+		}
 		if fromGo && idle && c.p.refuses() != nil {
 			c.fail(ErrStopped)
 		}

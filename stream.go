@@ -72,6 +72,7 @@ func NewStream(ctx context.Context, p *Pool, opts ...GroupOption) *Stream {
 	s.c.exec = s.exec
 	s.c.lost = s.skipped
 	s.c.grow = s.grow
+	s.c.stranded = s.wakeProducer
 	s.c.init(ctx, p, opts, nil)
 	s.window = s.c.cfg.limit
 	if s.window == 0 {
@@ -267,6 +268,15 @@ func (s *Stream) call(cb func()) (pe *PanicError) {
 	cb()
 	returned = true
 	return nil
+}
+
+// wakeProducer wakes a producer waiting for room in the window, to run a
+// task that the pool took no step for: the window stays full until some
+// goroutine runs it, and the producers that wait may be all there is.
+func (s *Stream) wakeProducer() {
+	s.mu.Lock()
+	s.signal()
+	s.mu.Unlock()
 }
 
 // signal wakes a producer waiting for room in the window. Called under s.mu.

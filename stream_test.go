@@ -6,8 +6,10 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/gocrew/crew"
 	"github.com/gocrew/crew/internal/leak"
@@ -311,5 +313,58 @@ func TestStreamAllErrorsInSubmissionOrder(t *testing.T) {
 	}
 	if values[0] != "callback 0" || values[1] != "task 1" {
 		t.Fatalf("joined panics %v, want callback 0 then task 1", values)
+	}
+}
+
+// A producer waiting for room in the window runs a task that another
+// producer left in the stream's queue because the pool was full: nobody
+// else may be there to run it. Here two producers wait behind a window of
+// one, the pool stays full, and the window frees: the first producer's
+// task finds no room in the pool. (Until the eleventh session the second
+// producer slept on until somebody called Wait; found by a review.)
+func TestStreamGoRunsATaskThePoolTookNoStepFor(t *testing.T) {
+	leak.Check(t)
+	p := crew.New(2, crew.WithQueueSize(0))
+	defer p.Stop()
+	release := gate(t, p)
+	defer release()
+	s := crew.NewStream(context.Background(), p, crew.WithLimit(1))
+	started, head := make(chan struct{}), make(chan struct{})
+	if err := s.Go(func(context.Context) func() { close(started); <-head; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	recvWithin(t, started, "the first task")
+	// Once the first task's step ends, the gate alone fills the pool.
+	if err := p.Resize(1); err != nil {
+		t.Fatal(err)
+	}
+	var ran atomic.Int64
+	returned := make(chan error, 2)
+	for range 2 {
+		go func() {
+			returned <- s.Go(func(context.Context) func() { ran.Add(1); return nil })
+		}()
+	}
+	waitUntil(t, schedDeadline, "both producers to wait for room", func() bool {
+		return strings.Count(leak.Dump(), "crew.(*Stream).Go(") == 2
+	})
+	close(head)
+	for i := range 2 {
+		select {
+		case err := <-returned:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(schedDeadline):
+			t.Errorf("producer %d of 2 still waits for room, %d tasks ran", i+1, ran.Load())
+			go s.Wait() // runs the stranded task, so that the producer returns
+			<-returned
+		}
+	}
+	if err := waitStream(t, s); err != nil {
+		t.Fatal(err)
+	}
+	if n := ran.Load(); n != 2 {
+		t.Fatalf("%d of the 2 waiting producers' tasks ran", n)
 	}
 }
