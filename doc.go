@@ -40,7 +40,8 @@
 // as a *PanicError with the stack; for the other entry points it goes to the
 // handler set WithPanicHandler (by default it is logged). WithCrashOnPanic
 // lets panics crash the program instead. A task that calls runtime.Goexit
-// ends its worker, which is replaced; its Task reports ErrGoexit.
+// ends its worker, which is replaced as work (or WithMinWorkers) needs;
+// its Task reports ErrGoexit.
 //
 // # Groups and results
 //

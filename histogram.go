@@ -173,8 +173,11 @@ func (s HistogramSnapshot) Quantile(q float64) time.Duration {
 	if q >= 1 || math.IsNaN(q) {
 		return s.Max
 	}
-	rank := uint64(math.Ceil(max(q, 0) * float64(s.Count))) // a negative float converts to garbage
-	rank = max(rank, 1)
+	// The product rounds up past an integer for some q (0.07×100 is
+	// 7.000000000000001, which made the rank 8): ceil a hair below it.
+	// (A negative float converts to garbage, hence max.)
+	x := max(q, 0) * float64(s.Count)
+	rank := max(uint64(math.Ceil(x-x*0x1p-50)), 1)
 	var seen uint64
 	for i, c := range s.counts {
 		seen += c

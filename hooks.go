@@ -42,8 +42,9 @@ type Hooks struct {
 	// program crashes.
 	Panic func(TaskEvent)
 	// Drop is called for each task that will never run: refused on
-	// submission because the queue was full (Err is ErrQueueFull) or the
-	// pool was stopping (ErrStopped), or removed from the queue by
+	// submission because the queue was full (Err wraps ErrQueueFull: test
+	// it with errors.Is) or the pool was stopping (ErrStopped), or removed
+	// from the queue by
 	// Shutdown (ErrDropped; Wait is then zero). A nil task, a zero pool or
 	// a SubmitCtx whose context ended are not drops.
 	Drop func(TaskEvent)
@@ -52,8 +53,8 @@ type Hooks struct {
 	WorkerStart func(WorkerEvent)
 	// WorkerRetire is called on a worker goroutine as it exits: after the
 	// idle timeout, a Resize, the end of Stop or Shutdown, or a task's
-	// runtime.Goexit (the pool then starts a replacement). Lifetime is how
-	// long the worker lived.
+	// runtime.Goexit (the pool then starts a replacement if tasks wait or
+	// WithMinWorkers wants one). Lifetime is how long the worker lived.
 	WorkerRetire func(WorkerEvent)
 }
 

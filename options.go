@@ -86,7 +86,8 @@ func WithIdleTimeout(d time.Duration) Option {
 // WithMinWorkers starts n workers in New and keeps them when idle, so that a
 // burst after a quiet spell finds warm workers. n must be at most the
 // worker limit. While Resize holds the limit below n, the limit is the
-// minimum; once it grows again, idle workers retire down to n.
+// minimum; once it grows again, workers start up to n and idle ones
+// retire down to it.
 func WithMinWorkers(n int) Option {
 	return func(c *config) {
 		if n < 0 {

@@ -16,8 +16,10 @@ import (
 // Workers start lazily, up to the limit given to New, and retire after an
 // idle timeout. Tasks wait in a queue, unbounded unless WithQueueSize says
 // otherwise, and start in about the order they were submitted. All methods are
-// safe for concurrent use. A Pool must be created with New; the methods of a
-// zero Pool return an error wrapping ErrInvalid.
+// safe for concurrent use. A Pool must be created with New. The methods of
+// a zero Pool report an error wrapping ErrInvalid where they return one
+// (Submit through its Task), and otherwise do nothing: TrySubmit reports
+// false, Stats zeros and Context context.Background.
 type Pool struct {
 	// The queue holds plain funcs: 8 bytes per queued Go task. A Submit
 	// task is queued as its run method and also listed in queued, so that
@@ -93,11 +95,12 @@ func New(maxWorkers int, opts ...Option) *Pool {
 
 // Go submits task to run on a worker and returns without waiting for it.
 // It allocates nothing; BENCHMARKS.md has its cost per task (tens of
-// nanoseconds on two cores). While every worker the limit allows is busy,
-// tasks already wait and the tasks are short (a few microseconds or less),
-// Go yields its processor once (runtime.Gosched) before queueing, so that
-// a producer outpacing the pool lets the workers catch up; longer tasks
-// would keep the yield waiting, so Go then queues at once.
+// nanoseconds on two cores). When tasks pile up (the part of the queue it
+// picks holds 64) while tasks are short (the last one timed took under
+// 2 µs), and either every worker the limit allows is live or the program
+// has few goroutines, Go yields its processor once (runtime.Gosched)
+// before queueing, so that a producer outpacing the pool lets the workers
+// catch up; longer tasks would keep it waiting, so Go then queues at once.
 //
 // If the pool's queue is bounded and full, Go waits for room, or returns
 // ErrQueueFull WithNonBlocking. Called from inside one of the pool's own
@@ -218,8 +221,10 @@ func (p *Pool) pushPlain(task func()) error {
 }
 
 // Context returns the context that Submit tasks receive. It is cancelled
-// when Shutdown's deadline passes, when Stop or Shutdown returns, and when
-// the parent given WithContext is cancelled.
+// when Shutdown's deadline passes, when Stop or Shutdown returns (a call
+// from inside one of the pool's own tasks, which returns at once, leaves it
+// to a later call from outside), and when the parent given WithContext is
+// cancelled.
 func (p *Pool) Context() context.Context {
 	if p.unusable() {
 		return context.Background()
