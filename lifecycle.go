@@ -11,12 +11,13 @@ import (
 
 // stopEngine closes e, waits for its tasks, then for its workers to exit
 // and for exited (if not nil), calls cancel and reports true. Called from
-// inside one of e's tasks, which could never finish while Stop waits, it
-// returns false after closing e: the queued tasks still run, and a stop
-// from outside the pool waits for them.
+// inside one of e's tasks, which could never finish while Stop waits, or
+// from a worker's own code as it retires (a WorkerPool's closeState), which
+// Exit would wait for, it returns false after closing e: the queued tasks
+// still run, and a stop from outside the pool waits for them.
 func stopEngine[T any](e *engine.Engine[T], cancel context.CancelFunc, exited func()) bool {
 	e.Close()
-	if e.Wait(nil) != nil {
+	if e.Wait(nil) != nil || e.InWorker() {
 		return false
 	}
 	exit(e, exited)
@@ -39,6 +40,9 @@ func exit[T any](e *engine.Engine[T], exited func()) {
 func shutdownEngine[T any](ctx context.Context, e *engine.Engine[T], cancel context.CancelFunc, dropping, dropMore, exited func()) error {
 	e.Close()
 	err := e.Wait(ctx)
+	if err == nil && e.InWorker() {
+		err = engine.ErrInWorker // a worker's own code, as it retires (see stopEngine)
+	}
 	dropped := 0
 	switch {
 	case err == engine.ErrInWorker:

@@ -245,3 +245,43 @@ func TestWorkerPoolShutdownClosesStates(t *testing.T) {
 		t.Fatalf("zero WorkerPool: Invoke = %v", err)
 	}
 }
+
+// Stop or Shutdown called from closeState, which runs on the retiring
+// worker, returns at once as from inside a task instead of waiting for
+// that worker to exit: as an idle worker retires, and as Stop retires the
+// workers. (Until the eleventh session both waited for ever, Shutdown past
+// its deadline; found by a review.)
+func TestWorkerPoolStopFromCloseStateReturns(t *testing.T) {
+	leak.Check(t)
+	t.Run("idle retirement", func(t *testing.T) {
+		var p *crew.WorkerPool[int, int]
+		returned := make(chan error, 1)
+		p = crew.NewWorkerPool(1,
+			func(context.Context) (int, error) { return 1, nil },
+			func(int) {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				defer cancel()
+				returned <- p.Shutdown(ctx)
+			},
+			func(context.Context, int, int) error { return nil },
+			crew.WithIdleTimeout(time.Millisecond))
+		if err := p.Invoke(1); err != nil {
+			t.Fatal(err)
+		}
+		if err := recvWithin(t, returned, "Shutdown from closeState"); !errors.Is(err, crew.ErrInsideTask) {
+			t.Errorf("Shutdown from closeState = %v, want ErrInsideTask", err)
+		}
+		within(t, schedDeadline, "Stop from outside", p.Stop)
+	})
+	t.Run("during Stop", func(t *testing.T) {
+		var p *crew.WorkerPool[int, int]
+		p = crew.NewWorkerPool(1,
+			func(context.Context) (int, error) { return 1, nil },
+			func(int) { p.Stop() },
+			func(context.Context, int, int) error { return nil })
+		if err := p.Invoke(1); err != nil {
+			t.Fatal(err)
+		}
+		within(t, schedDeadline, "Stop, whose closeState calls Stop", p.Stop)
+	})
+}
