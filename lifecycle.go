@@ -33,11 +33,12 @@ func exit[T any](e *engine.Engine[T], exited func()) {
 }
 
 // shutdownEngine is stopEngine with a deadline. When ctx ends first, it
-// calls dropping (if not nil), drops the queued tasks, calls cancel so that
-// the running ones can see it, waits for them, then calls dropMore (if not
-// nil) for tasks the caller tracks itself. It reports the drop as a
-// *ShutdownError.
-func shutdownEngine[T any](ctx context.Context, e *engine.Engine[T], cancel context.CancelFunc, dropping, dropMore, exited func()) error {
+// calls dropping (if not nil), drops the queued tasks, calls dropMore (if
+// not nil) for tasks the caller tracks itself, calls cancel so that the
+// running ones can see it, waits for them, then calls dropMore again, final,
+// which adds the tasks it dropped that the engine did not. It reports the
+// drop as a *ShutdownError.
+func shutdownEngine[T any](ctx context.Context, e *engine.Engine[T], cancel context.CancelFunc, dropping func(), dropMore func(final bool) int, exited func()) error {
 	e.Close()
 	err := e.Wait(ctx)
 	if err == nil && e.InWorker() {
@@ -54,10 +55,13 @@ func shutdownEngine[T any](ctx context.Context, e *engine.Engine[T], cancel cont
 			dropping()
 		}
 		dropped = e.Drain() // a concurrent Shutdown drains the rest, if any
+		if dropMore != nil {
+			dropMore(false) // before the wait: running tasks may wait for them
+		}
 		cancel()
 		e.Wait(nil)
 		if dropMore != nil {
-			dropMore() // no worker is left to start them
+			dropped += dropMore(true) // no worker is left to start them
 		}
 	}
 	exit(e, exited)

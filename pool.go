@@ -32,6 +32,10 @@ type Pool struct {
 	onPanic     func(*PanicError)
 	failed      atomic.Uint64
 	panicked    atomic.Uint64 // Submit tasks that panicked; the engine counts the rest
+	// Submit tasks that a worker found dropped as it began them (see
+	// dropListed): in all for Stats, and not yet in a ShutdownError.
+	lateDrops, lateUnreported atomic.Uint64
+	completedHigh             atomic.Uint64 // the highest Completed Stats has reported
 
 	mu     sync.Mutex
 	queued taskList // Submit tasks accepted and not started
@@ -174,9 +178,10 @@ func (p *Pool) Submit(task func(ctx context.Context) error) *Task {
 		if err := p.pushTask(t); err != nil {
 			p.unlist(t)
 			t.finish(err)
-		} else if !t.pushed.CompareAndSwap(pushing, accepted) {
+		} else if !t.state.CompareAndSwap(pushing, accepted) && t.state.Load() == passed {
 			// Shutdown's dropListed passed this task over while we were
-			// pushing it: it was accepted, then dropped unstarted.
+			// pushing it: it was accepted, then dropped unstarted. (Or a
+			// worker has begun it already: started.)
 			t.finish(ErrDropped)
 		}
 	}

@@ -323,6 +323,39 @@ func TestShutdownDropsQueuedTasksAndCountsThem(t *testing.T) {
 	}
 }
 
+// A running task that waits for a Task that Shutdown dropped sees it
+// dropped once its deadline has passed: Shutdown completes the dropped
+// Tasks before it waits for the running ones. (Until the eleventh session
+// it completed them only after, and a parent waiting for its child held
+// Shutdown for ever; found by a review.)
+func TestShutdownCompletesDroppedTasksBeforeWaitingForRunningOnes(t *testing.T) {
+	leak.Check(t)
+	p := crew.New(1)
+	started := make(chan struct{})
+	childErr := make(chan error, 1)
+	parent := p.Submit(func(context.Context) error {
+		child := p.Submit(func(context.Context) error { return nil }) // queued behind its parent
+		close(started)
+		childErr <- child.Wait() // ignores its own context
+		return nil
+	})
+	<-started
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancel()
+	shutdown := make(chan error, 1)
+	go func() { shutdown <- p.Shutdown(ctx) }()
+	if err := recvWithin(t, childErr, "the child's Wait"); err != crew.ErrDropped {
+		t.Errorf("child's Wait = %v, want ErrDropped", err)
+	}
+	var se *crew.ShutdownError
+	if err := recvWithin(t, shutdown, "Shutdown"); !errors.As(err, &se) || se.Dropped != 1 {
+		t.Errorf("Shutdown = %v, want a ShutdownError with 1 dropped", err)
+	}
+	if err := parent.Wait(); err != nil {
+		t.Errorf("parent's Wait = %v", err)
+	}
+}
+
 func TestShutdownRunsEverythingWhenThereIsTime(t *testing.T) {
 	leak.Check(t)
 	p := crew.New(4)

@@ -32,7 +32,21 @@ func (p *Pool) Stats() Stats {
 	if p.unusable() {
 		return Stats{}
 	}
-	return statsOf(p.e.Stats(), p.failed.Load(), p.panicked.Load())
+	// Submit tasks that Shutdown dropped as a worker began them ran as
+	// far as the engine knows. A worker counts one as late before the
+	// engine counts it as completed, so Completed less the late ones can
+	// dip for a moment: it never reports less than it has. The highest
+	// value reported is read first: one that a concurrent call published
+	// after our reading of the engine could exceed our Submitted.
+	high := p.completedHigh.Load()
+	s := statsOf(p.e.Stats(), p.failed.Load(), p.panicked.Load())
+	late := p.lateDrops.Load()
+	s.Dropped += late
+	s.Completed = max(s.Completed-min(late, s.Completed), high)
+	for s.Completed > high && !p.completedHigh.CompareAndSwap(high, s.Completed) {
+		high = p.completedHigh.Load()
+	}
+	return s
 }
 
 // statsOf turns the engine's counters into Stats, adding the failures and

@@ -14,7 +14,7 @@ type Task struct {
 	done     chan struct{}
 	err      error        // set before done is closed
 	finished atomic.Bool  // the first finish wins
-	pushed   atomic.Int32 // pushing, accepted or passed: settles Submit racing Shutdown
+	state    atomic.Int32 // pushing, accepted, started, dropped or passed: settles Submit and workers racing Shutdown
 
 	prev, next *Task // in p.queued until the task starts, guarded by p.mu
 	listed     bool
@@ -56,6 +56,10 @@ func (t *Task) finish(err error) {
 // abort completes t with err when its run method never began: a
 // TaskStart hook panicked before it.
 func (t *Task) abort(err error) {
+	if !t.start() {
+		t.p.droppedLate()
+		return
+	}
 	t.p.unlist(t)
 	t.p.failed.Add(1)
 	t.finish(err)
@@ -66,6 +70,10 @@ func (t *Task) abort(err error) {
 // panic reaches its Wait; it pays for a deferred call that Go tasks do not.
 func (t *Task) run() {
 	p := t.p
+	if !t.start() {
+		p.droppedLate()
+		return
+	}
 	p.unlist(t)
 	returned := false
 	defer func() {
@@ -92,6 +100,23 @@ func (t *Task) run() {
 	t.finish(err)
 }
 
+// start claims t for the worker about to run it. It reports false if
+// Shutdown dropped t first: once the queue is drained, Shutdown drops the
+// listed tasks that no worker has begun, and a worker may have been taking
+// t from the queue as it was drained, or found it behind a cell that a
+// producer was still filling, which Drain leaves (see dropListed).
+func (t *Task) start() bool {
+	for {
+		s := t.state.Load()
+		if s != pushing && s != accepted {
+			return false
+		}
+		if t.state.CompareAndSwap(s, started) {
+			return true
+		}
+	}
+}
+
 // taskList is a doubly linked list of queued Submit tasks.
 type taskList struct{ head *Task }
 
@@ -108,6 +133,12 @@ func (p *Pool) list(t *Task) {
 
 func (p *Pool) unlist(t *Task) {
 	p.mu.Lock()
+	p.unlistLocked(t)
+	p.mu.Unlock()
+}
+
+// unlistLocked is unlist with p.mu held.
+func (p *Pool) unlistLocked(t *Task) {
 	if t.listed {
 		if t.prev != nil {
 			t.prev.next = t.next
@@ -119,38 +150,57 @@ func (p *Pool) unlist(t *Task) {
 		}
 		t.prev, t.next, t.listed = nil, nil, false
 	}
-	p.mu.Unlock()
 }
 
-// dropListed completes every Submit task still queued with ErrDropped. Call
-// it only when no worker can start them any more.
+// dropListed completes the listed Submit tasks that no worker has begun
+// with ErrDropped, and reports how many tasks workers found dropped as
+// they began them (which the engine counts among the completed, not the
+// dropped). Shutdown calls it once its drain is done, so that running
+// tasks that wait for a dropped one (a parent waiting for its child) see
+// it dropped rather than hold Shutdown for ever, and again, final, once no
+// worker is left.
 //
-// A listed task whose Submit is still pushing it is passed over: if the
-// push fails (the pool is closed) Submit reports that error; if it had
-// succeeded, Submit sees the mark and reports ErrDropped. So each Task
-// reports what happened to it, and ErrDropped tasks are exactly the ones
-// Shutdown counted.
-func (p *Pool) dropListed() {
-	var dropped []*Task
+// A listed task whose Submit is still pushing it is left for the final
+// call, which passes it over: if the push fails (the pool is closed)
+// Submit reports that error; if it had succeeded, Submit sees the mark and
+// reports ErrDropped. So each Task reports what happened to it, and
+// ErrDropped tasks are exactly the ones Shutdown counts.
+func (p *Pool) dropListed(final bool) (late int) {
+	var out []*Task
 	p.mu.Lock()
 	for t := p.queued.head; t != nil; {
 		next := t.next
-		t.prev, t.next, t.listed = nil, nil, false
-		if !t.pushed.CompareAndSwap(pushing, passed) {
-			dropped = append(dropped, t)
+		switch {
+		case t.state.CompareAndSwap(accepted, dropped):
+			p.unlistLocked(t)
+			out = append(out, t)
+		case final && t.state.CompareAndSwap(pushing, passed):
+			p.unlistLocked(t)
 		}
 		t = next
 	}
-	p.queued.head = nil
 	p.mu.Unlock()
-	for _, t := range dropped {
+	for _, t := range out {
 		t.finish(ErrDropped)
 	}
+	if final {
+		late = int(p.lateUnreported.Swap(0))
+	}
+	return late
 }
 
-// States of Task.pushed.
+// droppedLate counts a task that a worker found dropped as it began it.
+// The engine counts it among the completed; Stats moves it to Dropped.
+func (p *Pool) droppedLate() {
+	p.lateDrops.Add(1)
+	p.lateUnreported.Add(1)
+}
+
+// States of Task.state.
 const (
 	pushing  = iota // Submit has listed the task and is pushing it
 	accepted        // the push succeeded
-	passed          // dropListed found it still pushing
+	started         // a worker began it
+	dropped         // Shutdown dropped it before a worker began it
+	passed          // the final dropListed found it still pushing
 )
