@@ -164,22 +164,28 @@ func TestStatsExactInAQuietPool(t *testing.T) {
 	}
 }
 
-// With GODEBUG=panicnil=1 (the behaviour of Go before 1.21, which a program
-// can ask for), panic(nil) is recovered as nil, as runtime.Goexit is. A
-// worker that took it for Goexit would hand its slot to a new worker and
-// then, as its goroutine does not end, keep running uncounted: the limit
-// would no longer hold. Run in a child process with the setting.
-func TestPanicNilUnderGODEBUGKeepsTheLimit(t *testing.T) {
+// underPanicNil runs child in a child process of the test binary under
+// GODEBUG=panicnil=1 (the behaviour of Go before 1.21, which a program can
+// ask for: panic(nil) recovers as nil, as runtime.Goexit does), and fails
+// t with the child's output if the child fails.
+func underPanicNil(t *testing.T, child func(t *testing.T)) {
 	if os.Getenv("CREW_PANICNIL_CHILD") == "1" {
-		panicNilChild(t)
+		child(t)
 		return
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestPanicNilUnderGODEBUGKeepsTheLimit$", "-test.count=1", "-test.v")
+	cmd := exec.Command(os.Args[0], "-test.run=^"+t.Name()+"$", "-test.count=1", "-test.v")
 	cmd.Env = append(os.Environ(), "CREW_PANICNIL_CHILD=1", "GODEBUG=panicnil=1")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("child with GODEBUG=panicnil=1: %v\n%s", err, out)
 	}
+}
+
+// Under GODEBUG=panicnil=1, a worker that took a panic(nil) for Goexit
+// would hand its slot to a new worker and then, as its goroutine does not
+// end, keep running uncounted: the limit would no longer hold.
+func TestPanicNilUnderGODEBUGKeepsTheLimit(t *testing.T) {
+	underPanicNil(t, panicNilChild)
 }
 
 func panicNilChild(t *testing.T) {

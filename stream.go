@@ -220,11 +220,20 @@ func (s *Stream) consume() {
 			continue
 		}
 		s.mu.Unlock()
-		pe := s.call(cb)
+		pe, ended := s.call(cb)
+		if ended {
+			s.c.p.notePanic() // a Goexit would not have returned
+		}
 		if pe != nil {
 			s.c.failAt(seq, pe) // the callback's task's place in Wait's error
 		}
 		s.mu.Lock()
+		if ended {
+			// panic(nil) under GODEBUG=panicnil=1: call took it for
+			// runtime.Goexit, released the task and consumed what was
+			// due, and calling is no longer ours.
+			return
+		}
 		s.release() // the task leaves the window when its callback returns
 		if pe != nil {
 			s.broken = true
@@ -240,8 +249,10 @@ func (s *Stream) release() {
 }
 
 // call runs a callback, recovering a panic unless the pool crashes on
-// panics.
-func (s *Stream) call(cb func()) (pe *PanicError) {
+// panics. ended reports that it returns after the cleanup meant for a
+// callback that ended its goroutine: a panic(nil) under
+// GODEBUG=panicnil=1 recovers as nil, as runtime.Goexit does, but returns.
+func (s *Stream) call(cb func()) (pe *PanicError, ended bool) {
 	returned := false
 	defer func() {
 		if returned {
@@ -264,10 +275,13 @@ func (s *Stream) call(cb func()) (pe *PanicError) {
 		s.broken = true
 		s.consume()
 		s.mu.Unlock()
+		if !s.c.crash { // else the panic goes on and crashes the program
+			pe, ended = &PanicError{Stack: debug.Stack()}, true
+		}
 	}()
 	cb()
 	returned = true
-	return nil
+	return nil, false
 }
 
 // wakeProducer wakes a producer waiting for room in the window, to run a

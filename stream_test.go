@@ -368,3 +368,29 @@ func TestStreamGoRunsATaskThePoolTookNoStepFor(t *testing.T) {
 		t.Fatalf("%d of the 2 waiting producers' tasks ran", n)
 	}
 }
+
+// Under GODEBUG=panicnil=1 a callback's panic(nil) fails the stream like
+// any panic. (Until the eleventh session the stream took it for
+// runtime.Goexit and then also returned: the task left the window twice,
+// letting one task too many in, no error was recorded and Wait returned
+// nil; found by a review.)
+func TestStreamCallbackPanicNilUnderGODEBUG(t *testing.T) {
+	underPanicNil(t, func(t *testing.T) {
+		leak.Check(t)
+		p := crew.New(4)
+		defer p.Stop()
+		s := crew.NewStream(context.Background(), p, crew.WithLimit(2))
+		if err := s.Go(func(context.Context) func() {
+			return func() { panic(nil) } //nolint:govet // the point of the test
+		}); err != nil {
+			t.Fatal(err)
+		}
+		var pe *crew.PanicError
+		if err := waitStream(t, s); !errors.As(err, &pe) || pe.Value != nil {
+			t.Errorf("Wait = %v, want the callback's panic(nil) as a *PanicError", err)
+		}
+		if n := p.Stats().Panicked; n != 1 {
+			t.Errorf("Stats().Panicked = %d, want 1", n)
+		}
+	})
+}

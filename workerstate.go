@@ -142,14 +142,27 @@ func (w *stateWorker[S, T]) retire() {
 			p.retired.Broadcast()
 		}
 	}()
-	if !c.crash {
+	if c.crash {
+		w.close()
+		return
+	}
+	var pe *PanicError
+	func() {
+		returned := false
 		defer func() {
-			if v := recover(); v != nil {
-				c.onPanic(&PanicError{Value: v, Stack: debug.Stack()})
+			if !returned {
+				// A panic, recovered here; or runtime.Goexit, and then
+				// this goroutine ends before pe is reported.
+				pe = &PanicError{Value: recover(), Stack: debug.Stack()}
 			}
 		}()
+		w.close()
+		returned = true
+	}()
+	if pe != nil {
+		// Also panic(nil) under GODEBUG=panicnil=1, which recovers as nil.
+		c.onPanic(pe)
 	}
-	w.close()
 }
 
 // Invoke queues v and returns without waiting for it; see FuncPool.Invoke.

@@ -285,3 +285,25 @@ func TestWorkerPoolStopFromCloseStateReturns(t *testing.T) {
 		within(t, schedDeadline, "Stop, whose closeState calls Stop", p.Stop)
 	})
 }
+
+// Under GODEBUG=panicnil=1, a panic(nil) in closeState as the worker
+// retires reaches the panic handler, as one inside a call does. (Until the
+// eleventh session it was recovered and dropped; found by a review.)
+func TestWorkerPoolCloseStatePanicNilUnderGODEBUG(t *testing.T) {
+	underPanicNil(t, func(t *testing.T) {
+		leak.Check(t)
+		var handled atomic.Int64
+		p := crew.NewWorkerPool(1,
+			func(context.Context) (int, error) { return 1, nil },
+			func(int) { panic(nil) }, //nolint:govet // the point of the test
+			func(context.Context, int, int) error { return nil },
+			crew.WithPanicHandler(func(*crew.PanicError) { handled.Add(1) }))
+		if err := p.Invoke(1); err != nil {
+			t.Fatal(err)
+		}
+		p.Stop() // the worker retires and closes its state
+		if n := handled.Load(); n != 1 {
+			t.Errorf("the panic handler saw %d panics, want closeState's 1", n)
+		}
+	})
+}
