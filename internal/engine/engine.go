@@ -93,11 +93,10 @@ type Engine[T any] struct {
 
 	closed atomic.Bool // intake is closed; each shard also has the flag under its lock
 	// The last task a worker timed ran longer than longTask (see runTimed
-	// and yieldBeforeSpill). It starts clear: producers that flood a new
-	// engine with tiny tasks before any is timed must yield, as a backlog
-	// once spilled keeps them spilling, a lock per task (BenchmarkDispatch
-	// took 48-62 ns per task against 28-35 in two cells when it started
-	// set). Long tasks then cost one yield before the first is timed.
+	// and yieldBeforeSpill). It starts clear, so that producers flooding a
+	// new engine with tiny tasks yield as before any is timed: a backlog
+	// once spilled keeps them spilling, a lock per task. Long tasks then
+	// cost a producer one yield before the first is timed.
 	longTasks atomic.Bool
 	bounded   bool         // QueueSize >= 0
 	admitted  atomic.Int64 // with bounded: unfinished tasks, kept below capacity
