@@ -22,7 +22,7 @@ type Stats struct {
 	Completed uint64 // tasks that finished, whatever their outcome
 	Failed    uint64 // Submit tasks that returned an error, panicked or called Goexit
 	Panicked  uint64 // tasks that panicked
-	Dropped   uint64 // queued tasks that Shutdown removed
+	Dropped   uint64 // queued tasks that Shutdown dropped unstarted
 }
 
 // Stats returns a snapshot of the pool's counters. It takes no lock that
