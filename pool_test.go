@@ -356,6 +356,53 @@ func TestShutdownCompletesDroppedTasksBeforeWaitingForRunningOnes(t *testing.T) 
 	}
 }
 
+// The same with the dropped Task's Submit still returning as Shutdown
+// drops: its push done (the task drained) but not yet marked accepted.
+// Each trial races a Submit against an expired Shutdown while a running
+// task waits for the Task. (The first fix of bug 70 left such a Task to
+// after the wait, and hung within a few thousand trials; found by a
+// review.)
+func TestShutdownCompletesATaskWhoseSubmitIsReturning(t *testing.T) {
+	leak.Check(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for deadline, trial := time.Now().Add(3*time.Second), 0; time.Now().Before(deadline); trial++ {
+		p := crew.New(2)
+		submitted := make(chan *crew.Task, 1)
+		abort := make(chan struct{})
+		running := make(chan struct{})
+		p.Go(func() {
+			close(running)
+			select { // ignores its context
+			case <-(<-submitted).Done():
+			case <-abort:
+			}
+		})
+		<-running
+		start := make(chan struct{})
+		shutdown := make(chan error, 1)
+		go func() {
+			<-start
+			submitted <- p.Submit(func(context.Context) error { return nil })
+		}()
+		go func() {
+			<-start
+			for range trial % 400 {
+				runtime.Gosched()
+			}
+			shutdown <- p.Shutdown(ctx)
+		}()
+		close(start)
+		select {
+		case <-shutdown:
+		case <-time.After(schedDeadline):
+			close(abort)
+			<-shutdown
+			t.Fatalf("trial %d: Shutdown hung on a running task waiting for a Task it dropped", trial)
+		}
+	}
+}
+
 func TestShutdownRunsEverythingWhenThereIsTime(t *testing.T) {
 	leak.Check(t)
 	p := crew.New(4)

@@ -54,12 +54,8 @@ func (t *Task) finish(err error) {
 }
 
 // abort completes t with err when its run method never began: a
-// TaskStart hook panicked before it.
+// TaskStart hook panicked before it. (The observer has claimed t.)
 func (t *Task) abort(err error) {
-	if !t.start() {
-		t.p.droppedLate()
-		return
-	}
 	t.p.unlist(t)
 	t.p.failed.Add(1)
 	t.finish(err)
@@ -100,19 +96,24 @@ func (t *Task) run() {
 	t.finish(err)
 }
 
-// start claims t for the worker about to run it. It reports false if
-// Shutdown dropped t first: once the queue is drained, Shutdown drops the
-// listed tasks that no worker has begun, and a worker may have been taking
-// t from the queue as it was drained, or found it behind a cell that a
-// producer was still filling, which Drain leaves (see dropListed).
+// start claims t for the worker about to run it, and reports whether it
+// did (or had: an observed pool claims t before its TaskStart hook, then
+// runs it). It reports false if Shutdown dropped t first: once the queue
+// is drained, Shutdown drops the listed tasks that no worker has begun,
+// and a worker may have been taking t from the queue as it was drained,
+// or found it behind a cell that a producer was still filling, which
+// Drain leaves (see dropListed).
 func (t *Task) start() bool {
 	for {
-		s := t.state.Load()
-		if s != pushing && s != accepted {
-			return false
-		}
-		if t.state.CompareAndSwap(s, started) {
+		switch s := t.state.Load(); s {
+		case started:
 			return true
+		case pushing, accepted:
+			if t.state.CompareAndSwap(s, started) {
+				return true
+			}
+		default:
+			return false
 		}
 	}
 }
@@ -158,13 +159,15 @@ func (p *Pool) unlistLocked(t *Task) {
 // dropped). Shutdown calls it once its drain is done, so that running
 // tasks that wait for a dropped one (a parent waiting for its child) see
 // it dropped rather than hold Shutdown for ever, and again, final, once no
-// worker is left.
+// worker is left, for that count.
 //
-// A listed task whose Submit is still pushing it is left for the final
-// call, which passes it over: if the push fails (the pool is closed)
-// Submit reports that error; if it had succeeded, Submit sees the mark and
-// reports ErrDropped. So each Task reports what happened to it, and
-// ErrDropped tasks are exactly the ones Shutdown counts.
+// A listed task whose Submit is still pushing it is passed over: if the
+// push fails (the pool is closed) Submit reports that error; if it had
+// succeeded, Submit sees the mark and reports ErrDropped at once (it may
+// have been drained already, and a running task may wait for it), and a
+// worker that takes it finds it dropped. So each Task reports what
+// happened to it, and ErrDropped tasks are exactly the ones Shutdown
+// counts.
 func (p *Pool) dropListed(final bool) (late int) {
 	var out []*Task
 	p.mu.Lock()
@@ -174,7 +177,7 @@ func (p *Pool) dropListed(final bool) (late int) {
 		case t.state.CompareAndSwap(accepted, dropped):
 			p.unlistLocked(t)
 			out = append(out, t)
-		case final && t.state.CompareAndSwap(pushing, passed):
+		case t.state.CompareAndSwap(pushing, passed):
 			p.unlistLocked(t)
 		}
 		t = next
@@ -202,5 +205,5 @@ const (
 	accepted        // the push succeeded
 	started         // a worker began it
 	dropped         // Shutdown dropped it before a worker began it
-	passed          // the final dropListed found it still pushing
+	passed          // dropListed found it still pushing
 )
