@@ -148,8 +148,16 @@ func (o *observer) refused(err error) {
 
 // run runs a timed task fn, submitted at enq (monotime), with its hooks;
 // t is the Submit task whose run method fn is, whose error fn leaves in
-// t.err, or nil.
+// t.err, or nil. A Submit task that Shutdown dropped as the worker took
+// it is a drop, not a run: it reaches the Drop hook, and no other.
 func (o *observer) run(fn func(), t *Task, enq int64) {
+	if t != nil && !t.start() {
+		o.p.droppedLate()
+		if o.hooks.Drop != nil {
+			o.hooks.Drop(TaskEvent{Pool: o.name, Err: ErrDropped})
+		}
+		return
+	}
 	start := monotime()
 	wait := time.Duration(start - enq)
 	if o.lat != nil {

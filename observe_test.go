@@ -686,3 +686,48 @@ func TestHooksReportRefusalsFromInsideATask(t *testing.T) {
 		t.Fatalf("Drop got %v, want ErrQueueFull", err)
 	}
 }
+
+// In an observed pool, every Submit task that Shutdown drops reaches the
+// Drop hook and no other, also one that a worker was taking from the
+// queue as Shutdown drained it: the Drop hook's calls, the ShutdownError,
+// Stats and the Tasks reporting ErrDropped agree. (Until the eleventh
+// session's follow-up fix such a task went to TaskStart and TaskFinish
+// instead, with a data race on its error; found by a review.)
+func TestObservedShutdownDropsReachTheDropHook(t *testing.T) {
+	leak.Check(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for deadline, trial := time.Now().Add(3*time.Second), 0; time.Now().Before(deadline); trial++ {
+		var drops, finishedDropped atomic.Int64
+		p := crew.New(8, crew.WithLatency(), crew.WithHooks(crew.Hooks{
+			TaskFinish: func(ev crew.TaskEvent) {
+				if ev.Err == crew.ErrDropped {
+					finishedDropped.Add(1)
+				}
+			},
+			Drop: func(ev crew.TaskEvent) {
+				if ev.Err == crew.ErrDropped {
+					drops.Add(1)
+				}
+			},
+		}))
+		tasks := make([]*crew.Task, 0, 500)
+		for range cap(tasks) {
+			tasks = append(tasks, p.Submit(func(context.Context) error { return nil }))
+		}
+		var se *crew.ShutdownError
+		if !errors.As(p.Shutdown(ctx), &se) {
+			continue // every task ran first
+		}
+		n := 0
+		for _, task := range tasks {
+			if task.Wait() == crew.ErrDropped {
+				n++
+			}
+		}
+		if s := p.Stats(); drops.Load() != int64(n) || se.Dropped != n || s.Dropped != uint64(n) || finishedDropped.Load() != 0 {
+			t.Fatalf("trial %d: %d Tasks report ErrDropped; ShutdownError.Dropped %d, Stats.Dropped %d, Drop hook %d calls, TaskFinish with ErrDropped %d",
+				trial, n, se.Dropped, s.Dropped, drops.Load(), finishedDropped.Load())
+		}
+	}
+}

@@ -291,7 +291,7 @@ func (p *Pool) Shutdown(ctx context.Context) error {
 	}
 	err := shutdownEngine(ctx, p.e, p.giveUp, p.givingUp, p.dropListed, nil)
 	if p.obs != nil && !errors.Is(err, ErrInsideTask) {
-		p.obs.stopped(began, int(p.e.Stats().Dropped))
+		p.obs.stopped(began, int(p.Stats().Dropped)) // late drops included
 	}
 	return err
 }
