@@ -292,6 +292,29 @@ func TestGoexitKeepsTheMinimumWorkers(t *testing.T) {
 	waitUntil(t, trapDeadline, "a replacement for the worker that Goexit ended", func() bool { return p.Stats().Workers == 2 })
 }
 
+// A WorkerStart hook that ends its goroutine (runtime.Goexit, as
+// t.FailNow does) ends the worker before it is ready: the minimum does not
+// replace it, or every replacement would end the same way, without end.
+// (The minimum's replacement, new in the eleventh session, started 15,000
+// workers in 100 ms here; found by a review.)
+func TestGoexitInWorkerStartDoesNotChurnTheMinimum(t *testing.T) {
+	leak.Check(t)
+	var starts atomic.Int64
+	p := crew.New(1, crew.WithMinWorkers(1), crew.WithHooks(crew.Hooks{
+		WorkerStart: func(crew.WorkerEvent) {
+			starts.Add(1)
+			runtime.Goexit()
+		},
+	}))
+	defer p.Stop()
+	for deadline := time.Now().Add(absenceWindow); time.Now().Before(deadline) && starts.Load() <= 2; {
+		runtime.Gosched()
+	}
+	if n := starts.Load(); n > 2 {
+		t.Errorf("%d workers started, and ended in WorkerStart, in an idle pool of minimum 1", n)
+	}
+}
+
 // Resize starts workers for the queued tasks that no searching worker
 // will take, not one per step up to the new limit. (Until the eleventh
 // session, one queued task behind a busy worker made Resize(1<<20) start

@@ -147,6 +147,7 @@ func (w *worker[T]) Run() {
 	e.enlist(w)
 	var done func()
 	retired := false
+	ready := false // past newRunner
 	// Exit waits for this last, so Stop returns only after the worker's
 	// state is closed, even on runtime.Goexit in a task or in done.
 	defer func() {
@@ -168,7 +169,12 @@ func (w *worker[T]) Run() {
 			if e.unfinished() > 0 {
 				e.wake()
 			}
-			e.keepMinimum()
+			if ready {
+				// Not for a newRunner that ends its goroutine: every
+				// replacement would end the same way, in an endless
+				// churn while the pool is idle.
+				e.keepMinimum()
+			}
 		}
 		if done != nil {
 			done()
@@ -187,6 +193,7 @@ func (w *worker[T]) Run() {
 		}
 		w.run, done = e.newRunner()
 	}
+	ready = true
 	for ; !w.loop(searching); searching = false {
 		if w.ended != nil {
 			// The goroutine did not end after all: the task called
