@@ -111,8 +111,14 @@ func (p *Pool) layerInline(err error) bool {
 // givingUp marks the pool as running nothing more (see gaveUp), before
 // Shutdown drops its queue once the deadline has passed: a layer's step
 // that finishes its task meanwhile must drop the layer's next task, not
-// run it itself as it would during Stop (layerInline).
-func (p *Pool) givingUp() { p.gaveUp.Store(true) }
+// run it itself as it would during Stop (layerInline). It also holds
+// giveUp until dropListed has completed the Tasks of that drop: the drain
+// counts them as dropped at once, and a Stop (or a Shutdown in time)
+// racing this one must not return before they are done.
+func (p *Pool) givingUp() {
+	p.gaveUp.Store(true)
+	p.holds.Add(1)
+}
 
 // giveUp marks the pool as running nothing more and cancels its context
 // (see gaveUp), then waits until its layers have dropped what they hold.

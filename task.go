@@ -169,6 +169,9 @@ func (p *Pool) unlistLocked(t *Task) {
 // happened to it, and ErrDropped tasks are exactly the ones Shutdown
 // counts.
 func (p *Pool) dropListed(final bool) (late int) {
+	if !final {
+		defer p.release() // the hold of givingUp
+	}
 	var out []*Task
 	p.mu.Lock()
 	for t := p.queued.head; t != nil; {
@@ -192,11 +195,15 @@ func (p *Pool) dropListed(final bool) (late int) {
 	return late
 }
 
-// droppedLate counts a task that a worker found dropped as it began it.
-// The engine counts it among the completed; Stats moves it to Dropped.
+// droppedLate counts a task that a worker found dropped as it began it,
+// and reports it to the Drop hook as the drain reports the others. The
+// engine counts it among the completed; Stats moves it to Dropped.
 func (p *Pool) droppedLate() {
 	p.lateDrops.Add(1)
 	p.lateUnreported.Add(1)
+	if p.obs != nil && p.obs.hooks.Drop != nil {
+		p.obs.hooks.Drop(TaskEvent{Pool: p.name, Err: ErrDropped})
+	}
 }
 
 // States of Task.state.
