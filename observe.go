@@ -153,9 +153,6 @@ func (o *observer) refused(err error) {
 func (o *observer) run(fn func(), t *Task, enq int64) {
 	if t != nil && !t.start() {
 		o.p.droppedLate()
-		if o.hooks.Drop != nil {
-			o.hooks.Drop(TaskEvent{Pool: o.name, Err: ErrDropped})
-		}
 		return
 	}
 	start := monotime()
