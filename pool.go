@@ -266,7 +266,10 @@ func (p *Pool) Stop() {
 		began = monotime()
 	}
 	if stopEngine(p.e, p.giveUp, nil) && p.obs != nil {
-		p.obs.stopped(began, 0) // once the pool has stopped, not from inside a task
+		// Once the pool has stopped, not from inside a task; a Shutdown
+		// racing this Stop may have dropped tasks, and its summary would
+		// come second.
+		p.obs.stopped(began, int(p.Stats().Dropped))
 	}
 }
 
