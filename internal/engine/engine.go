@@ -576,11 +576,13 @@ func (e *Engine[T]) Resize(n int) {
 	e.keepMinimum()
 }
 
-// keepMinimum starts workers while fewer than the minimum (as far as the
-// limit allows) are live: in New, after Resize, and in place of a worker
-// whose goroutine a task ended.
+// keepMinimum starts as many workers as are missing from the minimum (as
+// far as the limit allows): in New, after Resize, and in place of a worker
+// whose goroutine a task ended. It counts them once: a loop on the live
+// count would start more for as long as new workers end at once (a
+// WorkerStart hook that calls runtime.Goexit).
 func (e *Engine[T]) keepMinimum() {
-	for e.workers.Load()&countMask < min(e.minWorkers, e.maxWorkers.Load()) && e.spawn() {
+	for n := min(e.minWorkers, e.maxWorkers.Load()) - e.workers.Load()&countMask; n > 0 && e.spawn(); n-- {
 	}
 }
 
