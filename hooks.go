@@ -43,10 +43,11 @@ type Hooks struct {
 	Panic func(TaskEvent)
 	// Drop is called for each task that will never run: refused on
 	// submission because the queue was full (Err wraps ErrQueueFull: test
-	// it with errors.Is) or the pool was stopping (ErrStopped), or removed
-	// from the queue by
-	// Shutdown (ErrDropped; Wait is then zero). A nil task, a zero pool or
-	// a SubmitCtx whose context ended are not drops.
+	// it with errors.Is) or the pool was stopping (ErrStopped), or dropped
+	// by Shutdown (ErrDropped; Wait is then zero). A dropped task is
+	// reported on Shutdown's goroutine, or on the worker that was taking
+	// it as Shutdown dropped it. A nil task, a zero pool or a SubmitCtx
+	// whose context ended are not drops.
 	Drop func(TaskEvent)
 	// WorkerStart is called on a new worker goroutine before it takes its
 	// first task.
