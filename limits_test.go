@@ -2,6 +2,7 @@ package crew_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"runtime"
@@ -276,6 +277,39 @@ func TestResizeBackAboveTheMinimumRestoresIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitUntil(t, trapDeadline, "the minimum back", func() bool { return p.Stats().Workers == 4 })
+}
+
+// A Resize that grows the limit back while the workers beyond the shrunk
+// limit retire leaves the pool at its minimum: a retiring worker may have
+// read the old limit, and released its slot after Resize counted it as
+// live. (Found by a review in the eleventh session: 3 workers of a
+// minimum of 4, for good, in 1 of about 1,000 rounds.)
+func TestResizeBackWhileWorkersRetireKeepsTheMinimum(t *testing.T) {
+	leak.Check(t)
+	const n = 4
+	p := crew.New(n, crew.WithMinWorkers(n))
+	defer p.Stop()
+	for deadline, round := time.Now().Add(2*time.Second), 0; time.Now().Before(deadline); round++ {
+		release := make(chan struct{})
+		var started sync.WaitGroup
+		started.Add(n)
+		for range n {
+			p.Go(func() { started.Done(); <-release })
+		}
+		started.Wait()
+		if err := p.Resize(1); err != nil {
+			t.Fatal(err)
+		}
+		close(release) // the workers beyond 1 retire as they finish
+		for range round % 50 {
+			runtime.Gosched()
+		}
+		if err := p.Resize(n); err != nil { // races their retirement
+			t.Fatal(err)
+		}
+		p.Wait()
+		waitUntil(t, trapDeadline, fmt.Sprintf("the minimum of %d workers after round %d", n, round), func() bool { return p.Stats().Workers >= n })
+	}
 }
 
 // A task that calls runtime.Goexit ends its worker's goroutine; a pool

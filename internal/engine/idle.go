@@ -39,6 +39,7 @@ func (e *Engine[T]) armReaper(d time.Duration) {
 // park.
 func (e *Engine[T]) reap() {
 	e.trim()
+	defer e.keepMinimum() // the limit it read may have grown since (see shrunk)
 	e.idleMu.Lock()
 	defer e.idleMu.Unlock()
 	e.reaperArmed = false
