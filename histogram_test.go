@@ -110,15 +110,20 @@ func TestHistogramBeyondRange(t *testing.T) {
 	}
 }
 
+// oneToHundredMs returns a snapshot of the observations 1, 2, ... 100 ms.
+func oneToHundredMs() crew.HistogramSnapshot {
+	var h crew.Histogram
+	for ms := 1; ms <= 100; ms++ {
+		h.Record(time.Duration(ms) * time.Millisecond)
+	}
+	return h.Snapshot()
+}
+
 // Quantile clamps q into [0, 1]: below 0 it is the smallest observation,
 // above 1 the largest.
 func TestHistogramQuantileClampsQ(t *testing.T) {
 	leak.Check(t)
-	var h crew.Histogram
-	for i := 1; i <= 100; i++ {
-		h.Record(time.Duration(i) * time.Millisecond)
-	}
-	s := h.Snapshot()
+	s := oneToHundredMs()
 	if lo, neg := s.Quantile(0), s.Quantile(-1); lo != neg || lo > 2*time.Millisecond {
 		t.Errorf("Quantile(0) = %v, Quantile(-1) = %v; want both about 1ms", lo, neg)
 	}
@@ -134,11 +139,7 @@ func TestHistogramQuantileClampsQ(t *testing.T) {
 // was 8 ms, 14% off; found by a review.)
 func TestHistogramQuantileRankIsExactForWholeProducts(t *testing.T) {
 	leak.Check(t)
-	var h crew.Histogram
-	for ms := 1; ms <= 100; ms++ {
-		h.Record(time.Duration(ms) * time.Millisecond)
-	}
-	s := h.Snapshot()
+	s := oneToHundredMs()
 	for k := 1; k <= 100; k++ {
 		q := float64(k) / 100
 		want := time.Duration(k) * time.Millisecond
