@@ -119,17 +119,21 @@ func TestStallStartsNoWorkerBeyondGOMAXPROCS(t *testing.T) {
 }
 
 // occupy runs n tasks on e that block until the returned channel is
-// closed, and returns once they all run.
+// closed, and returns once they all run. It waits for the tasks' own
+// signal, not for the engine's counts: a task leaves the queue before its
+// worker's last look as a searcher (foundWork), and that look, if it came
+// after the caller's next push, could start a worker the caller did not
+// ask for.
 func occupy(t *testing.T, e *Engine[func()], n int64) chan struct{} {
 	t.Helper()
 	release := make(chan struct{})
+	var running atomic.Int64
 	for range n {
-		if err := e.Push(nil, func() { <-release }); err != nil {
+		if err := e.Push(nil, func() { running.Add(1); <-release }); err != nil {
 			t.Fatal(err)
 		}
 	}
-	running := func() int64 { s := e.Stats(); return s.Unfinished - s.Queued }
-	for deadline := time.Now().Add(5 * time.Second); running() != n; runtime.Gosched() {
+	for deadline := time.Now().Add(5 * time.Second); running.Load() != n; runtime.Gosched() {
 		if time.Now().After(deadline) {
 			t.Fatalf("the %d tasks did not all start: %+v", n, e.Stats())
 		}
