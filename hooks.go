@@ -12,8 +12,9 @@ import "time"
 // so they must be fast, must not block and must be safe for concurrent
 // use: several workers call them at once. They must not panic: a panic in
 // a task hook is handled like a panic in its task, one in Drop reaches
-// the submitter, and one in WorkerStart or WorkerRetire crashes the
-// program.
+// the submitter (or Shutdown's caller, once the drop is complete, with
+// the calls for the tasks after it skipped), and one in WorkerStart or
+// WorkerRetire crashes the program.
 //
 // Task hooks see the tasks submitted with Go, TrySubmit, SubmitCtx and
 // Submit. A Group, ResultGroup, Stream or Map runs its tasks inside steps

@@ -54,7 +54,24 @@ func shutdownEngine[T any](ctx context.Context, e *engine.Engine[T], cancel cont
 		if dropping != nil {
 			dropping()
 		}
-		dropped = e.Drain() // a concurrent Shutdown drains the rest, if any
+		dropped = dropQueued(e, cancel, dropMore)
+	}
+	exit(e, exited)
+	cancel()
+	if err != nil {
+		return &ShutdownError{Dropped: dropped, Err: err}
+	}
+	return nil
+}
+
+// dropQueued is Shutdown once its deadline has passed: it drops the
+// queued tasks, calls dropMore for those the caller tracks, cancels the
+// running ones and waits for them, and returns how many tasks it dropped.
+// A Drop hook that panics in the drain (which Hooks forbids) still leaves
+// every dropped task counted and completed, and no task running, before
+// the panic reaches the caller: a later Stop then stops the pool.
+func dropQueued[T any](e *engine.Engine[T], cancel context.CancelFunc, dropMore func(final bool) int) (dropped int) {
+	defer func() {
 		if dropMore != nil {
 			dropMore(false) // before the wait: running tasks may wait for them
 		}
@@ -63,13 +80,8 @@ func shutdownEngine[T any](ctx context.Context, e *engine.Engine[T], cancel cont
 		if dropMore != nil {
 			dropped += dropMore(true) // no worker is left to start them
 		}
-	}
-	exit(e, exited)
-	cancel()
-	if err != nil {
-		return &ShutdownError{Dropped: dropped, Err: err}
-	}
-	return nil
+	}()
+	return e.Drain() // a concurrent Shutdown drains the rest, if any
 }
 
 // waitEngine is Wait: it blocks until e is idle, and panics when called

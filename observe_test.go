@@ -776,3 +776,51 @@ func shutdownDropsReachTheDropHook(t *testing.T, timed bool) {
 		}
 	}
 }
+
+// A Drop hook that panics while Shutdown drains the queue (which Hooks
+// forbids) reaches Shutdown's caller only once the drop is complete: every
+// drained task counted, the dropped Tasks done, no task running. A later
+// Stop then stops the pool. (Until the twelfth session the drained tasks
+// went uncounted, and every later Stop waited for them for ever.)
+func TestDropHookPanickingInShutdownLeavesThePoolStoppable(t *testing.T) {
+	leak.Check(t)
+	const queued = 5
+	var calls atomic.Int64
+	p := crew.New(1, crew.WithHooks(crew.Hooks{Drop: func(crew.TaskEvent) {
+		calls.Add(1)
+		panic("drop hook")
+	}}))
+	started := make(chan struct{})
+	if err := p.Go(func() { close(started); <-p.Context().Done() }); err != nil {
+		t.Fatal(err)
+	}
+	recvWithin(t, started, "the blocking task to start")
+	tasks := make([]*crew.Task, queued)
+	for i := range tasks {
+		tasks[i] = p.Submit(func(context.Context) error { return nil })
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	var recovered any
+	within(t, schedDeadline, "Shutdown with a panicking Drop hook", func() {
+		defer func() { recovered = recover() }()
+		p.Shutdown(ctx)
+	})
+	if recovered != "drop hook" {
+		t.Fatalf("Shutdown's caller recovered %v, want the Drop hook's panic", recovered)
+	}
+	if calls.Load() != 1 {
+		t.Errorf("the Drop hook ran %d times; the panic of the first should end the calls", calls.Load())
+	}
+	within(t, schedDeadline, "the dropped Tasks' Wait", func() {
+		for i, task := range tasks {
+			if err := task.Wait(); err != crew.ErrDropped {
+				t.Errorf("task %d: Wait = %v, want ErrDropped", i, err)
+			}
+		}
+	})
+	within(t, schedDeadline, "Stop after the panicking Shutdown", p.Stop)
+	if s := p.Stats(); s.Dropped != queued || s.Completed != 1 || s.Running != 0 {
+		t.Errorf("Stats after Stop: %+v, want %d dropped, 1 completed", s, queued)
+	}
+}

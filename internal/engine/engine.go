@@ -514,20 +514,26 @@ func (e *Engine[T]) Bounded() bool { return e.bounded }
 // dropped and returns how many it removed. A task is either run by a worker
 // or removed here, never both. A task whose producer is still filling its
 // ring cell, and those behind it in that ring, are left to the workers.
+// A Drop that panics or calls runtime.Goexit skips the calls for the
+// tasks after its own, not their count: Wait and Exit would otherwise
+// wait for them for ever.
 func (e *Engine[T]) Drain() int {
 	var dropped []T
 	for i := range e.shards {
 		dropped = e.shards[i].drain(dropped)
 	}
-	for _, t := range dropped {
-		if e.drop != nil {
-			e.drop(t)
-		}
-	}
 	total := len(dropped)
-	if total > 0 {
+	if total == 0 {
+		return 0
+	}
+	defer func() {
 		e.dropped.Add(uint64(total))
 		e.finish(int64(total), true)
+	}()
+	if e.drop != nil {
+		for _, t := range dropped {
+			e.drop(t)
+		}
 	}
 	return total
 }
