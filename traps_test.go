@@ -252,6 +252,29 @@ func TestTrapStopInsideTask(t *testing.T) {
 	}
 }
 
+// A pool stopped only from inside one of its tasks leaves no goroutine
+// behind once its queue is done: the workers of a stopped pool retire as
+// they find it empty, and the idle timeout plays no part. (Until the
+// twelfth session they parked, and ended only with the timeout or a Stop
+// from outside.)
+func TestTrapStopInsideTaskLeavesNoWorker(t *testing.T) {
+	leak.Check(t)
+	p := crew.New(4, crew.WithIdleTimeout(time.Hour), crew.WithMinWorkers(2))
+	var ran atomic.Int64
+	err := p.Go(func() {
+		for range 10 {
+			p.Go(func() { ran.Add(1) })
+		}
+		p.Stop()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, trapDeadline, "the stopped pool's workers to retire", func() bool {
+		return ran.Load() == 10 && p.Stats().Workers == 0
+	})
+}
+
 // A task that calls Shutdown on its own pool: Shutdown closes the pool and
 // reports ErrInsideTask at once rather than wait for its caller, deadline
 // or not; a Shutdown from outside then finishes the job.

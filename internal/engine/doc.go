@@ -101,9 +101,14 @@
 // unless every worker is a task waiting the same way, when it fails.
 //
 // A parked worker waits on a mutex of its own rather than a channel and a
-// timer, so starting a worker allocates only the worker and its goroutine.
+// timer, so starting a worker allocates only the worker and its goroutine,
+// and workers are allocated in slabs that grow with the pool (enlist):
+// a burst of thousands of starts costs one allocation per 64 workers.
 // Idle workers retire after an idle timeout, down to a minimum: one timer
-// per engine retires them oldest first (idle.go). The rings are allocated
+// per engine retires them oldest first (idle.go). Once the engine is
+// closed, a worker that finds the queue empty retires at once instead of
+// parking until Exit (leave): a parked goroutine holds a sudog, one more
+// allocation per worker of a pool stopped behind a backlog. The rings are allocated
 // with the engine. Spill queue chunks double in size as a backlog grows,
 // so a backlog of n tasks costs about log2(n) allocations; emptied chunks
 // are kept for the next burst, and the same timer gives them back once

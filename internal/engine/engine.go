@@ -132,6 +132,7 @@ type Engine[T any] struct {
 	// Stats is exact without a shared write per task.
 	allMu   sync.Mutex
 	all     []*worker[T] // live workers; worker.slot is the index
+	slab    []worker[T]  // workers allocated for starts to come (see enlist)
 	retired uint64       // tasks finished by workers no longer in all
 
 	// testListed, set by tests only, runs in park between listing the
@@ -495,13 +496,27 @@ func (e *Engine[T]) Wait(ctx context.Context) error {
 func (e *Engine[T]) quiet() bool { return e.unfinished() == 0 }
 
 // Close stops intake: every later push returns ErrStopped and producers
-// blocked for room return ErrStopped. Queued tasks still run. Idempotent.
+// blocked for room return ErrStopped. Queued tasks still run; workers
+// retire as they find the queue empty, parked ones once Close wakes them.
+// Idempotent.
 func (e *Engine[T]) Close() {
 	e.closed.Store(true)
 	for i := range e.shards {
 		e.shards[i].close()
 	}
 	e.spaceSig.Broadcast()
+	e.idleMu.Lock()
+	e.wakeAllParked()
+	e.idleMu.Unlock()
+}
+
+// wakeAllParked wakes every parked worker, with e.idleMu held.
+func (e *Engine[T]) wakeAllParked() {
+	for w := e.idle.pop(); w != nil; w = e.idle.pop() {
+		e.searching.Add(1)
+		e.starting.Add(1)
+		w.sem.Unlock()
+	}
 }
 
 // Closed reports whether Close was called.
@@ -549,11 +564,7 @@ func (e *Engine[T]) Exit() {
 	}
 	e.idleMu.Lock()
 	e.exiting = true
-	for w := e.idle.pop(); w != nil; w = e.idle.pop() {
-		e.searching.Add(1)
-		e.starting.Add(1)
-		w.sem.Unlock()
-	}
+	e.wakeAllParked()
 	if e.reaper != nil {
 		e.reaper.Stop()
 	}
@@ -638,16 +649,30 @@ func (e *Engine[T]) finished() uint64 {
 	return n
 }
 
-// enlist adds w to the live workers.
-func (e *Engine[T]) enlist(w *worker[T]) {
+// enlist returns a new worker, added to the live workers. Workers are
+// allocated in slabs, each as large as the live workers were (up to
+// workerSlab): a pool that grows to thousands of workers, as one running
+// 10 ms sleeps does, pays one allocation per slab instead of one per
+// worker, and a small pool allocates little it does not use. A slab stays
+// in memory while any of its workers lives.
+func (e *Engine[T]) enlist() *worker[T] {
 	e.allMu.Lock()
-	w.slot = len(e.all)
+	if len(e.slab) == 0 {
+		e.slab = make([]worker[T], min(max(len(e.all), 1), workerSlab))
+	}
+	w := &e.slab[0]
+	e.slab = e.slab[1:]
+	w.e, w.home, w.slot = e, e.nextHome.Add(1), len(e.all)
 	if e.all == nil {
 		e.all = make([]*worker[T], 0, 8) // once, not at 1, 2 and 4 workers
 	}
 	e.all = append(e.all, w)
 	e.allMu.Unlock()
+	return w
 }
+
+// workerSlab is the most workers that enlist allocates at once.
+const workerSlab = 64
 
 // delist removes w from the live workers, keeping its count, and returns
 // the memory of a burst of workers once most have gone.

@@ -148,7 +148,7 @@ func (w *worker[T]) flush(idle bool) {
 // runWorker is a new worker's goroutine. It runs the worker's Run below
 // the frames that spell the engine's number (see InWorker).
 func (e *Engine[T]) runWorker() {
-	w := &worker[T]{e: e, home: e.nextHome.Add(1)}
+	w := e.enlist()
 	w.sem.Lock() // no go-ahead yet
 	RunAs(e.id, w)
 }
@@ -158,13 +158,13 @@ func (w *worker[T]) Run() {
 	e := w.e
 	e.starting.Add(-1)
 	e.alive.Add(1)
-	e.enlist(w)
 	var done func()
 	retired := false
 	ready := false // past newRunner
 	// Exit waits for this last, so Stop returns only after the worker's
 	// state is closed, even on runtime.Goexit in a task or in done.
 	defer func() {
+		w.run, w.ended = nil, nil // the user's runner: the slab may outlive w
 		if e.alive.Add(-1) == 0 {
 			e.exitSig.Broadcast()
 		}
@@ -394,27 +394,48 @@ const (
 	retire
 )
 
+// leave retires a worker that does not park: the engine keeps no idle
+// workers, or it is closed, where a parked worker would only wait for Exit
+// to wake it (and hold a sudog meanwhile: one allocation per worker of a
+// pool that stops behind a backlog). Its last look waits for busy spill
+// queues, which the searchers' scans skip, rather than retire and start
+// another worker for a task it could take. A producer whose push began
+// before Close, or that finds no searcher now, finds room to start a
+// worker, since we have left; and a push made before we left is seen by
+// the count below. The caller is no longer counted as a searcher.
+func (w *worker[T]) leave() (t T, r parkResult) {
+	e := w.e
+	if t, ok := w.pop(true); ok {
+		if e.searching.Load() == 0 && e.queued() > 0 {
+			e.wake() // for the tasks behind this one, as park passes a wake on
+		}
+		return t, gotTask
+	}
+	e.release(0)
+	if e.queued() > 0 {
+		e.spawn()
+	} else if e.workers.Load()&countMask == 0 {
+		e.trim() // there is no reaper to do it
+	}
+	return t, retire
+}
+
 // park lists the worker as idle and blocks until a producer wakes it or the
 // idle timeout retires it. The caller is no longer counted as a searcher.
 func (w *worker[T]) park() (t T, r parkResult) {
 	e := w.e
 	if e.idleTime == 0 {
-		// This worker never parks. A producer that finds no searcher now
-		// finds room to start a worker, since we have left; and a push made
-		// before we left is seen by the look below.
-		e.release(0)
-		if e.queued() > 0 {
-			e.spawn()
-		} else if e.workers.Load()&countMask == 0 {
-			e.trim() // there is no reaper to do it
-		}
-		return t, retire
+		return w.leave()
 	}
 	e.idleMu.Lock()
 	if e.exiting {
 		e.idleMu.Unlock()
 		e.release(0)
 		return t, retire
+	}
+	if e.closed.Load() { // under idleMu: Close wakes whoever it finds listed
+		e.idleMu.Unlock()
+		return w.leave()
 	}
 	w.parkedAt = e.now()
 	e.idle.push(w)

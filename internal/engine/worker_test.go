@@ -2,6 +2,7 @@ package engine
 
 import (
 	"runtime"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 // Starting a worker allocates the worker and nothing else: a go statement
 // that passed the worker to its goroutine would allocate a closure too,
 // once per start (35,000 starts in a run of the sleep 1u-1Mt matrix cell).
+// With no other worker live, the worker's slab holds only it (see enlist).
 func TestWorkerStartAllocatesOnlyTheWorker(t *testing.T) {
 	leak.Check(t)
 	// Without an idle timeout, each worker retires as soon as it finds no
@@ -33,6 +35,30 @@ func TestWorkerStartAllocatesOnlyTheWorker(t *testing.T) {
 	})
 	if allocs > 1 {
 		t.Errorf("%v allocations per worker start, want 1", allocs)
+	}
+}
+
+// Workers are allocated a slab at a time, each as large as the live
+// workers were: a burst of 512 starts makes some 20 allocations (slabs and
+// the list of live workers), not one per worker.
+func TestEnlistAllocatesSlabs(t *testing.T) {
+	leak.Check(t)
+	e := newFuncEngine(1)
+	defer stop(e)
+	const workers = 512
+	allocs := testing.AllocsPerRun(1, func() {
+		for range workers {
+			e.enlist()
+		}
+	})
+	e.allMu.Lock()
+	all := slices.Clone(e.all)
+	e.allMu.Unlock()
+	for _, w := range all {
+		e.delist(w)
+	}
+	if allocs > 32 {
+		t.Errorf("%v allocations for %d workers, want at most 32", allocs, workers)
 	}
 }
 
@@ -128,8 +154,9 @@ func occupy(t *testing.T, e *Engine[func()], n int64) chan struct{} {
 	t.Helper()
 	release := make(chan struct{})
 	var running atomic.Int64
+	task := func() { running.Add(1); <-release }
 	for range n {
-		if err := e.Push(nil, func() { running.Add(1); <-release }); err != nil {
+		if err := e.Push(nil, task); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -190,5 +217,32 @@ func TestLongTasksDoNotPaceTheProducer(t *testing.T) {
 	wait()
 	if e.longTasks.Load() {
 		t.Error("an empty task after long ones did not end the long-task mode")
+	}
+}
+
+// Workers of a closed engine retire as they find the queue empty, rather
+// than park until Exit wakes them: parked, each would hold a sudog, one
+// allocation per worker of a pool stopped behind a backlog (some 23,000 a
+// run of the sleep 1u-1Mt matrix cell). The tasks still all run.
+func TestClosedEngineWorkersRetireWithoutParking(t *testing.T) {
+	leak.Check(t)
+	e := New(Config[func()]{MaxWorkers: 8, QueueSize: -1, IdleTimeout: time.Hour, Run: func(f func()) { f() }})
+	defer stop(e)
+	release := occupy(t, e, 8)
+	var ran atomic.Int64
+	for range 1000 {
+		if err := e.Push(nil, func() { ran.Add(1) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.Close()
+	close(release)
+	for deadline := time.Now().Add(5 * time.Second); e.Stats().Workers != 0; runtime.Gosched() {
+		if time.Now().After(deadline) {
+			t.Fatalf("the closed engine's workers did not retire: %+v", e.Stats())
+		}
+	}
+	if s := e.Stats(); ran.Load() != 1000 || s.Unfinished != 0 || s.Idle != 0 {
+		t.Errorf("%d of 1000 tasks ran; Stats %+v", ran.Load(), s)
 	}
 }
