@@ -599,6 +599,9 @@ func (e *Engine[T]) Resize(n int) {
 // count would start more for as long as new workers end at once (a
 // WorkerStart hook that calls runtime.Goexit).
 func (e *Engine[T]) keepMinimum() {
+	if e.closed.Load() {
+		return // its workers retire as they find the queue empty (see leave)
+	}
 	for n := min(e.minWorkers, e.maxWorkers.Load()) - e.workers.Load()&countMask; n > 0 && e.spawn(); n-- {
 	}
 }

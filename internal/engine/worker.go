@@ -395,9 +395,9 @@ const (
 )
 
 // leave retires a worker that does not park: the engine keeps no idle
-// workers, or it is closed, where a parked worker would only wait for Exit
-// to wake it (and hold a sudog meanwhile: one allocation per worker of a
-// pool that stops behind a backlog). Its last look waits for busy spill
+// workers, or it is closed and its queue empty, where a parked worker
+// would only wait for Exit to wake it (and hold a sudog meanwhile: one
+// allocation per worker of a pool that stops behind a backlog). Its last look waits for busy spill
 // queues, which the searchers' scans skip, rather than retire and start
 // another worker for a task it could take. A producer whose push began
 // before Close, or that finds no searcher now, finds room to start a
@@ -433,7 +433,12 @@ func (w *worker[T]) park() (t T, r parkResult) {
 		e.release(0)
 		return t, retire
 	}
-	if e.closed.Load() { // under idleMu: Close wakes whoever it finds listed
+	if e.closed.Load() && e.queued() == 0 {
+		// Under idleMu: Close wakes whoever it finds listed. A queued
+		// task this worker could not take is in a cell that a producer
+		// has claimed and is still filling: park for its wake, as a
+		// worker that left would start another for it, and that one
+		// another, until the cell is filled.
 		e.idleMu.Unlock()
 		return w.leave()
 	}
