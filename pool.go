@@ -256,7 +256,8 @@ func (p *Pool) Wait() {
 //
 // Called from inside one of the pool's own tasks, which could not finish
 // while Stop waited, Stop closes the pool and returns at once; the queued
-// tasks still run, and a Stop from outside the pool waits for them.
+// tasks still run, the workers exit as they find the queue empty, and a
+// Stop from outside the pool waits for them.
 func (p *Pool) Stop() {
 	if p.unusable() {
 		return
