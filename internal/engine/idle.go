@@ -54,7 +54,11 @@ func (e *Engine[T]) reap() {
 			e.armReaper(due)
 			return
 		}
-		if !e.release(min(e.minWorkers, e.maxWorkers.Load())) {
+		keep := min(e.minWorkers, e.maxWorkers.Load())
+		if e.closed.Load() {
+			keep = 0 // a closed engine keeps no minimum (see keepMinimum)
+		}
+		if !e.release(keep) {
 			return // at the minimum: the rest stay parked
 		}
 		e.idle.remove(w)

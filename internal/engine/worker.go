@@ -183,6 +183,7 @@ func (w *worker[T]) Run() {
 			if e.unfinished() > 0 {
 				e.wake()
 			}
+			e.wakeIfClosedAndEmpty()
 			if ready {
 				// Not for a newRunner that ends its goroutine: every
 				// replacement would end the same way, in an endless
@@ -342,6 +343,7 @@ func (w *worker[T]) next(searching bool) (t T, ok bool) {
 			if e.queued() > 0 {
 				e.wake()
 			}
+			e.wakeIfClosedAndEmpty()
 			return t, false
 		}
 		if t, ok = w.pop(false); ok {
@@ -381,6 +383,7 @@ func (w *worker[T]) next(searching bool) (t T, ok bool) {
 		if e.shrunk() {
 			e.searching.Add(-1)
 			e.wake()
+			e.wakeIfClosedAndEmpty()
 			return t, false
 		}
 	}
@@ -414,10 +417,27 @@ func (w *worker[T]) leave() (t T, r parkResult) {
 	e.release(0)
 	if e.queued() > 0 {
 		e.spawn()
-	} else if e.workers.Load()&countMask == 0 {
+		return t, retire
+	}
+	e.wakeIfClosedAndEmpty()
+	if e.workers.Load()&countMask == 0 {
 		e.trim() // there is no reaper to do it
 	}
 	return t, retire
+}
+
+// wakeIfClosedAndEmpty wakes the parked workers of a closed engine whose
+// queue is empty, to retire. A worker of a closed engine parks only while
+// a task seems queued (a cell that a producer is still filling, or a
+// count that overlaps a move), and the wake for that task may go to
+// another worker: each worker that retires calls this, so that the last
+// one wakes whoever is still parked.
+func (e *Engine[T]) wakeIfClosedAndEmpty() {
+	if e.closed.Load() && e.idle.n.Load() > 0 && e.queued() == 0 {
+		e.idleMu.Lock()
+		e.wakeAllParked()
+		e.idleMu.Unlock()
+	}
 }
 
 // park lists the worker as idle and blocks until a producer wakes it or the
@@ -478,6 +498,16 @@ func (w *worker[T]) park() (t T, r parkResult) {
 
 	e.idleMu.Lock()
 	if w.parked { // if not, a waker took us: its go-ahead is on its way
+		if e.closed.Load() && e.queued() == 0 {
+			// Listed on a closed engine for a task that another worker
+			// has taken since: nobody would wake us for it. A worker
+			// that leaves wakes those it finds listed
+			// (wakeIfClosedAndEmpty); one that left before we were
+			// listed counted the queue empty first, and so do we now.
+			e.idle.remove(w)
+			e.idleMu.Unlock()
+			return w.leave()
+		}
 		e.idle.markAsleep(w)
 	}
 	e.idleMu.Unlock()

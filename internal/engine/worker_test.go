@@ -3,6 +3,7 @@ package engine
 import (
 	"runtime"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -319,5 +320,69 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
+	}
+}
+
+// Workers of a closed engine that parked while a claimed cell was still
+// unfilled all retire once one of them has taken that task, without Exit.
+// (Found by review: the others waited for Exit or the idle timeout, which
+// a pool stopped from inside its own task may never see.)
+func TestClosedEngineParkedWorkersRetireOnceTheQueueEmpties(t *testing.T) {
+	leak.Check(t)
+	e := New(Config[func()]{MaxWorkers: 4, QueueSize: -1, IdleTimeout: time.Hour, Run: func(f func()) { f() }})
+	defer stop(e)
+	close(occupy(t, e, 4))
+	waitFor(t, "the workers to park", func() bool { return e.Stats().Idle == 4 })
+	s := &e.shards[0]
+	n := s.written.Load()
+	if !s.written.CompareAndSwap(n, n+1) { // claim a cell, as pushRing does
+		t.Fatal("no producer should have pushed meanwhile")
+	}
+	e.Close() // wakes the four; each finds the claimed cell counted and parks again
+	waitFor(t, "the workers to park again", func() bool { return e.Stats().Idle == 4 })
+	var ran atomic.Bool
+	c := &s.ring[n%ringSize] // fill the cell and wake, as enqueue does
+	c.t = func() { ran.Store(true) }
+	c.seq.Store(n + 1)
+	if e.searching.Load() == 0 {
+		e.wake()
+	}
+	waitFor(t, "the task to run and every worker to retire", func() bool { return ran.Load() && e.Stats().Workers == 0 })
+}
+
+// Producers push tiny tasks, spilling beyond the rings, until one of the
+// tasks closes the engine from inside: every accepted task runs, and every
+// worker retires without Exit, whatever the idle timeout and minimum.
+func TestClosedFromInsideWithABacklogLeavesNoWorker(t *testing.T) {
+	leak.Check(t)
+	for round := range 200 {
+		idle := time.Hour
+		if round%2 == 1 {
+			idle = 20 * time.Millisecond
+		}
+		var e *Engine[func()]
+		e = New(Config[func()]{MaxWorkers: 4 + round%5, MinWorkers: round % 3, QueueSize: -1, IdleTimeout: idle, Run: func(f func()) { f() }})
+		var pushed atomic.Int64
+		closeAt := int64(200 + round*13%2000)
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Go(func() {
+				for {
+					f := func() {}
+					if pushed.Add(1) == closeAt {
+						f = e.Close
+					}
+					if e.Push(nil, f) != nil {
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		waitFor(t, "the tasks to finish and the workers to retire", func() bool {
+			s := e.Stats()
+			return s.Unfinished == 0 && s.Workers == 0
+		})
+		e.Exit()
 	}
 }
