@@ -265,22 +265,13 @@ func TestClosedEngineStartsNoWorkerForAClaimedCell(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "the worker to park", func() bool { return e.Stats().Idle == 1 })
-	s := &e.shards[0]
-	n := s.written.Load()
-	if !s.written.CompareAndSwap(n, n+1) { // claim a cell, as pushRing does
-		t.Fatal("no producer should have pushed meanwhile")
-	}
+	fill := claimCell(t, e)
 	e.Close()
 	before := starts.Load()
 	time.Sleep(50 * time.Millisecond) // a window for starts that must not come
 	started := starts.Load() - before
 	var ran atomic.Bool
-	c := &s.ring[n%ringSize] // fill the cell and wake, as enqueue does
-	c.t = func() { ran.Store(true) }
-	c.seq.Store(n + 1)
-	if e.searching.Load() == 0 {
-		e.wake()
-	}
+	fill(func() { ran.Store(true) })
 	waitFor(t, "the claimed task to run", ran.Load)
 	if started > 1 {
 		t.Errorf("%d workers started in 50 ms for one claimed cell of a closed engine", started)
@@ -333,20 +324,11 @@ func TestClosedEngineParkedWorkersRetireOnceTheQueueEmpties(t *testing.T) {
 	defer stop(e)
 	close(occupy(t, e, 4))
 	waitFor(t, "the workers to park", func() bool { return e.Stats().Idle == 4 })
-	s := &e.shards[0]
-	n := s.written.Load()
-	if !s.written.CompareAndSwap(n, n+1) { // claim a cell, as pushRing does
-		t.Fatal("no producer should have pushed meanwhile")
-	}
+	fill := claimCell(t, e)
 	e.Close() // wakes the four; each finds the claimed cell counted and parks again
 	waitFor(t, "the workers to park again", func() bool { return e.Stats().Idle == 4 })
 	var ran atomic.Bool
-	c := &s.ring[n%ringSize] // fill the cell and wake, as enqueue does
-	c.t = func() { ran.Store(true) }
-	c.seq.Store(n + 1)
-	if e.searching.Load() == 0 {
-		e.wake()
-	}
+	fill(func() { ran.Store(true) })
 	waitFor(t, "the task to run and every worker to retire", func() bool { return ran.Load() && e.Stats().Workers == 0 })
 }
 
@@ -384,5 +366,25 @@ func TestClosedFromInsideWithABacklogLeavesNoWorker(t *testing.T) {
 			return s.Unfinished == 0 && s.Workers == 0
 		})
 		e.Exit()
+	}
+}
+
+// claimCell claims the next cell of e's first ring as a producer's
+// pushRing does, and returns the rest of that push: fill the cell with a
+// task and wake a worker, as enqueue does.
+func claimCell(t *testing.T, e *Engine[func()]) (fill func(func())) {
+	t.Helper()
+	s := &e.shards[0]
+	n := s.written.Load()
+	if !s.written.CompareAndSwap(n, n+1) {
+		t.Fatal("no producer should have pushed meanwhile")
+	}
+	return func(task func()) {
+		c := &s.ring[n%ringSize]
+		c.t = task
+		c.seq.Store(n + 1)
+		if e.searching.Load() == 0 {
+			e.wake()
+		}
 	}
 }
