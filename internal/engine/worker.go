@@ -400,9 +400,9 @@ const (
 // leave retires a worker that does not park: the engine keeps no idle
 // workers, or it is closed and its queue empty, where a parked worker
 // would only wait for Exit to wake it (and hold a sudog meanwhile: one
-// allocation per worker of a pool that stops behind a backlog). Its last look waits for busy spill
-// queues, which the searchers' scans skip, rather than retire and start
-// another worker for a task it could take. A producer whose push began
+// allocation per worker of a pool that stops behind a backlog). Its last
+// look waits for busy spill queues, which the searchers' scans skip,
+// rather than retire and start another worker for a task it could take. A producer whose push began
 // before Close, or that finds no searcher now, finds room to start a
 // worker, since we have left; and a push made before we left is seen by
 // the count below. The caller is no longer counted as a searcher.
@@ -456,9 +456,10 @@ func (w *worker[T]) park() (t T, r parkResult) {
 	if e.closed.Load() && e.queued() == 0 {
 		// Under idleMu: Close wakes whoever it finds listed. A queued
 		// task this worker could not take is in a cell that a producer
-		// has claimed and is still filling: park for its wake, as a
-		// worker that left would start another for it, and that one
-		// another, until the cell is filled.
+		// has claimed and is still filling (or the count overlapped a
+		// move): park for its wake, as a worker that left would start
+		// another for it, and that one another, until the cell is
+		// filled.
 		e.idleMu.Unlock()
 		return w.leave()
 	}
