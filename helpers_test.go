@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gocrew/crew"
 )
 
 // eventually polls cond until it holds or the deadline passes.
@@ -61,4 +63,17 @@ func crashes(t *testing.T, child func()) {
 	case err == nil || !strings.Contains(string(out), "panic: crash me") || strings.Contains(string(out), "did not crash"):
 		t.Fatalf("child: err %v, output:\n%s", err, out)
 	}
+}
+
+// notDone counts the tasks whose Done channel is not yet closed.
+func notDone(tasks []*crew.Task) int {
+	n := 0
+	for _, task := range tasks {
+		select {
+		case <-task.Done():
+		default:
+			n++
+		}
+	}
+	return n
 }

@@ -355,16 +355,9 @@ func TestLayersTimerDropsFinishBeforeStopReturns(t *testing.T) {
 		waitUntil(t, schedDeadline, c.name+": the timer to take the waiting tasks", func() bool { return stats().Waiting == 0 })
 		release()
 		recvWithin(t, stopped, c.name+": Stop")
-		notDone := 0
-		for _, task := range tasks {
-			select {
-			case <-task.Done():
-			default:
-				notDone++
-			}
-		}
-		if s := stats(); notDone > 0 || s.Dropped+uint64(runs.Load()) != uint64(n) {
-			t.Errorf("%s: right after Stop, %d of %d tasks not done, %d ran; stats %+v", c.name, notDone, n, runs.Load(), s)
+		pending := notDone(tasks)
+		if s := stats(); pending > 0 || s.Dropped+uint64(runs.Load()) != uint64(n) {
+			t.Errorf("%s: right after Stop, %d of %d tasks not done, %d ran; stats %+v", c.name, pending, n, runs.Load(), s)
 		}
 		wait()
 	}

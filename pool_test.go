@@ -429,14 +429,7 @@ func TestStopRacingShutdownWaitsForTheDroppedTasks(t *testing.T) {
 	waitUntil(t, trapDeadline, "Shutdown's drain", func() bool { return p.Stats().Queued == 0 })
 	close(release)
 	recvWithin(t, stopped, "Stop")
-	pending := 0
-	for _, task := range tasks {
-		select {
-		case <-task.Done():
-		default:
-			pending++
-		}
-	}
+	pending := notDone(tasks)
 	recvWithin(t, shutdown, "Shutdown")
 	if pending > 0 {
 		t.Fatalf("Stop returned with %d of %d dropped Tasks not complete", pending, len(tasks))
