@@ -1,0 +1,37 @@
+package main
+
+import (
+	"testing"
+
+	"github.com/gocrew/crew/bench/subjects"
+	"github.com/gocrew/crew/bench/workload"
+)
+
+// BenchmarkSleepFloor puts the matrix's sleep 1Mu-1t cell beside its floor:
+// the same million users, each running its 10 ms sleep itself, with no
+// pool and no second goroutine. Every subject has to start the million
+// users and sleep a million times, so none can be much faster than
+// "inline"; target 2 of issue 5 asks crew for 1.2x the speed of unbounded
+// goroutines, which would put it below that floor (see BENCHMARKS.md).
+// Each iteration is one full run. Names: BenchmarkSleepFloor/<subject>.
+func BenchmarkSleepFloor(b *testing.B) {
+	w := workload.Matrix[len(workload.Matrix)-1].Scale(scale(b))
+	for _, s := range []subjects.Subject{inline, subjects.Goroutines, subjects.Crew} {
+		b.Run(s.Name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				s.Run(w.Users, w.TasksPerUser, w.Limit, workload.Sleep10ms)
+			}
+		})
+	}
+}
+
+// inline runs each task on the goroutine that submits it.
+var inline = subjects.Subject{Name: "inline", New: func(_, _ int, task func()) subjects.Pool {
+	return inlinePool(task)
+}}
+
+type inlinePool func()
+
+func (p inlinePool) Submit()   { p() }
+func (p inlinePool) StopWait() {}
