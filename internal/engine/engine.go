@@ -362,10 +362,12 @@ const yieldGoroutines = 128
 // A task that runs longer than longTask is long: a producer that yields
 // would wait for such tasks, so it spills instead (see yieldBeforeSpill).
 // A ringful of tiny tasks takes about 2 µs to run. Workers time one task
-// in timeEvery while tasks are short (see runTimed).
+// in timeEvery while tasks are short, and one in timeLongEvery while they
+// are long (see runTimed).
 const (
-	longTask  = 2 * time.Microsecond
-	timeEvery = 64
+	longTask      = 2 * time.Microsecond
+	timeEvery     = 64
+	timeLongEvery = 8
 )
 
 // wakeIfStale wakes one more worker when the searchers that producers rely

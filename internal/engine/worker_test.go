@@ -212,12 +212,12 @@ func TestLongTasksDoNotPaceTheProducer(t *testing.T) {
 	if !e.longTasks.Load() {
 		t.Error("tasks of 50 µs not timed as long")
 	}
-	// Short tasks again: each task is timed while tasks are long, so the
-	// first short one ends the long-task mode.
-	push(1, func() {})
+	// Short tasks again: one task in timeLongEvery is timed while tasks
+	// are long, so that many short ones end the long-task mode.
+	push(timeLongEvery, func() {})
 	wait()
 	if e.longTasks.Load() {
-		t.Error("an empty task after long ones did not end the long-task mode")
+		t.Errorf("%d empty tasks after long ones did not end the long-task mode", timeLongEvery)
 	}
 }
 
