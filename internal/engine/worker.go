@@ -282,8 +282,9 @@ func (w *worker[T]) loop(searching bool) (retired bool) {
 // so while tasks are short a worker times one in timeEvery. While they are
 // long it times one in timeLongEvery, to see soon when they are short
 // again. Timing each long task cost 5% of the processor time of a million
-// 10 ms sleeps (sleep 1u-1Mt) in clock reads; in four interleaved rounds
-// of the sleep cells, one in eight made crew 1.05x-1.22x faster.
+// 10 ms sleeps (sleep 1u-1Mt) in clock reads; with one in eight, crew's
+// sleep cells were 1.05x-1.22x faster in medians of four interleaved
+// rounds.
 func (w *worker[T]) runTimed(t T) {
 	e := w.e
 	began := e.now()
