@@ -16,11 +16,14 @@
 // ns this way, against 45-73 with a lock around each shard. A producer
 // that finds its ring full yields its processor once before it spills,
 // where the yield soon reaches a worker: at the worker limit, or while
-// the program has few goroutines, and only while tasks are short, as a
-// worker times one task in 64 (yieldBeforeSpill). A worker takes
-// one task at a time: a batch taken from a shard would be hidden from the
-// other workers while its owner is blocked in a task, and a task waiting
-// for one of them would deadlock the pool below its limit.
+// the program has few goroutines, only while tasks are short, as a
+// worker times one task in 64, and on at most two processors: on more,
+// the workers have processors of their own, and the yield's trip through
+// the runtime's global run queue, under a lock every processor takes,
+// costs more than the spill (yieldBeforeSpill).
+// A worker takes one task at a time: a batch taken from a shard would be
+// hidden from the other workers while its owner is blocked in a task, and
+// a task waiting for one of them would deadlock the pool below its limit.
 //
 // Waking is the expensive part, so it follows the Go scheduler's rule (see
 // findRunnable, resetspinning and wakep in runtime/proc.go): a worker that

@@ -221,6 +221,22 @@ func TestLongTasksDoNotPaceTheProducer(t *testing.T) {
 	}
 }
 
+// At the worker limit a producer that finds its ring full yields before
+// it spills on few processors only: on more, the yield's lock on the
+// runtime's global run queue costs more than the spill.
+func TestProducersYieldOnFewProcessorsOnly(t *testing.T) {
+	leak.Check(t)
+	for _, procs := range []int{1, yieldProcs, yieldProcs + 1, 16} {
+		prev := runtime.GOMAXPROCS(procs)
+		e := New(Config[func()]{MaxWorkers: 1, MinWorkers: 1, QueueSize: -1, IdleTimeout: time.Second, Run: func(f func()) { f() }})
+		runtime.GOMAXPROCS(prev)
+		if got, want := e.yieldBeforeSpill(), procs <= yieldProcs; got != want {
+			t.Errorf("engine made on %d processors, at its worker limit: yieldBeforeSpill() = %v, want %v", procs, got, want)
+		}
+		stop(e)
+	}
+}
+
 // Workers of a closed engine retire as they find the queue empty, rather
 // than park until Exit wakes them: parked, each would hold a sudog, one
 // allocation per worker of a pool stopped behind a backlog (some 23,000 a
