@@ -101,10 +101,13 @@ func New(maxWorkers int, opts ...Option) *Pool {
 // It allocates nothing; BENCHMARKS.md has its cost per task (tens of
 // nanoseconds on two cores). When tasks pile up (the part of the queue it
 // picks holds 64) while tasks are short (the last one timed took under
-// 2 µs), and either every worker the limit allows is live or the program
-// has few goroutines, Go yields its processor once (runtime.Gosched)
-// before queueing, so that a producer outpacing the pool lets the workers
-// catch up; longer tasks would keep it waiting, so Go then queues at once.
+// 2 µs), on at most two processors (GOMAXPROCS when the pool was made),
+// and either every worker the limit allows is live or the program has few
+// goroutines, Go yields its processor once (runtime.Gosched) before
+// queueing, so that a producer outpacing the pool lets the workers catch
+// up. Longer tasks would keep it waiting, and on more processors the
+// workers are more often running already, where the yield costs more
+// than it saves: Go then queues at once.
 //
 // If the pool's queue is bounded and full, Go waits for room, or returns
 // ErrQueueFull WithNonBlocking. Called from inside one of the pool's own

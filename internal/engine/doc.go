@@ -15,12 +15,12 @@
 // behind it for backlogs (shard.go): on two cores a tiny task costs 25-45
 // ns this way, against 45-73 with a lock around each shard. A producer
 // that finds its ring full yields its processor once before it spills,
-// where the yield soon reaches a worker: at the worker limit, or while
-// the program has few goroutines, only while tasks are short, as a
-// worker times one task in 64, and on at most two processors: on more,
-// the workers have processors of their own, and the yield's trip through
-// the runtime's global run queue, under a lock every processor takes,
-// costs more than the spill (yieldBeforeSpill).
+// where the yield soon reaches a worker: only while tasks are short (a
+// worker times one task in 64), on at most two processors, and at the
+// worker limit or while the program has few goroutines
+// (yieldBeforeSpill). On more processors the workers are more often
+// running already, and the yield's trip through the runtime's global run
+// queue, under a lock every processor takes, costs more than the spill.
 // A worker takes one task at a time: a batch taken from a shard would be
 // hidden from the other workers while its owner is blocked in a task, and
 // a task waiting for one of them would deadlock the pool below its limit.

@@ -348,16 +348,18 @@ func (e *Engine[T]) enqueue(t T) error {
 // workers, 2,000 pushes took 189 ms with the yield, about as long as the
 // tasks, and 0.4 ms without.
 //
-// Nor does a producer yield on more than yieldProcs processors. There the
-// workers run on processors of their own, and the yield only delays the
-// producer, through the runtime's global run queue and a lock that every
-// processor takes. On a 16-core machine BenchmarkPush, in medians over
-// its six cells, took 145-196 ns per task on 3 to 8 processors with
-// yields and 81-87 with spills; on 16, its runs took 118-280 ns with
-// yields, where the run queue's lock was a fifth of the processor time,
-// and 66-115 with spills. On two processors yields were still a little
-// faster there (82 against 87 ns), and with 100 producers on a two-core
-// machine about twice as fast (see enqueue).
+// Nor does a producer yield on more than yieldProcs processors. There
+// the workers are more often running already, and the yield mostly
+// delays the producer: runtime.Gosched goes through the runtime's global
+// run queue, under a lock that every processor takes. On a 16-core
+// machine BenchmarkPush, in medians over its six cells, took 145-196 ns
+// per task on 3 to 8 processors with yields and 81-87 with spills, and a
+// profile of BenchmarkDispatch on 16 had a fifth of the processor time in
+// that lock. On two processors yields were still faster with 100
+// producers, there and on a two-core machine (see enqueue). Spilling
+// costs memory instead, as a producer that outpaces the workers queues
+// its backlog: BenchmarkDispatch's 0 B per task became 1-11 on 3 to 16
+// processors, in spill chunks (a queued task takes 8 bytes).
 func (e *Engine[T]) yieldBeforeSpill() bool {
 	if e.procs > yieldProcs || e.longTasks.Load() {
 		return false
@@ -366,13 +368,14 @@ func (e *Engine[T]) yieldBeforeSpill() bool {
 		runtime.NumGoroutine() <= yieldGoroutines*int(e.procs)
 }
 
-// yieldGoroutines is the goroutines per processor up to which a producer
-// below the worker limit yields before it spills, and yieldProcs the
-// processors (GOMAXPROCS when the engine was made) up to which producers
-// yield at all (see yieldBeforeSpill).
+// When producers yield before they spill (see yieldBeforeSpill).
 const (
+	// yieldGoroutines is the goroutines per processor up to which a
+	// producer below the worker limit yields.
 	yieldGoroutines = 128
-	yieldProcs      = 2
+	// yieldProcs is the most processors (GOMAXPROCS when the engine was
+	// made) on which producers yield at all.
+	yieldProcs = 2
 )
 
 // A task that runs longer than longTask is long: a producer that yields

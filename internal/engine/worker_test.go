@@ -222,8 +222,8 @@ func TestLongTasksDoNotPaceTheProducer(t *testing.T) {
 }
 
 // At the worker limit a producer that finds its ring full yields before
-// it spills on few processors only: on more, the yield's lock on the
-// runtime's global run queue costs more than the spill.
+// it spills on few processors only: on more, runtime.Gosched costs more
+// than the spill (see yieldBeforeSpill).
 func TestProducersYieldOnFewProcessorsOnly(t *testing.T) {
 	leak.Check(t)
 	for _, procs := range []int{1, yieldProcs, yieldProcs + 1, 16} {
