@@ -98,16 +98,19 @@ func New(maxWorkers int, opts ...Option) *Pool {
 }
 
 // Go submits task to run on a worker and returns without waiting for it.
-// It allocates nothing; BENCHMARKS.md has its cost per task (tens of
-// nanoseconds on two cores). When tasks pile up (the part of the queue it
+// It makes no allocation per task; a backlog that outgrows the queue's
+// rings goes into chunks, which double in size and are reused, so a
+// producer that outpaces the workers makes a few allocations per
+// backlog. BENCHMARKS.md has its cost per task (tens of nanoseconds on
+// two cores). When tasks pile up (the part of the queue it
 // picks holds 64) while tasks are short (the last one timed took under
 // 2 µs), on at most two processors (GOMAXPROCS when the pool was made),
 // and either every worker the limit allows is live or the program has few
 // goroutines, Go yields its processor once (runtime.Gosched) before
 // queueing, so that a producer outpacing the pool lets the workers catch
-// up. Longer tasks would keep it waiting, and on more processors the
-// workers are more often running already, where the yield costs more
-// than it saves: Go then queues at once.
+// up. Go queues at once when tasks are longer, since the yield would wait
+// for them, and on more than two processors, where the workers are more
+// often running already and the yield costs more than it saves.
 //
 // If the pool's queue is bounded and full, Go waits for room, or returns
 // ErrQueueFull WithNonBlocking. Called from inside one of the pool's own

@@ -15,9 +15,9 @@
 // behind it for backlogs (shard.go): on two cores a tiny task costs 25-45
 // ns this way, against 45-73 with a lock around each shard. A producer
 // that finds its ring full yields its processor once before it spills,
-// where the yield soon reaches a worker: only while tasks are short (a
-// worker times one task in 64), on at most two processors, and at the
-// worker limit or while the program has few goroutines
+// where the yield soon reaches a worker: only while tasks are short, on
+// at most two processors (GOMAXPROCS when the engine was made), and at
+// the worker limit or while the program has few goroutines
 // (yieldBeforeSpill). On more processors the workers are more often
 // running already, and the yield's trip through the runtime's global run
 // queue, under a lock every processor takes, costs more than the spill.

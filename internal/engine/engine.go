@@ -356,10 +356,10 @@ func (e *Engine[T]) enqueue(t T) error {
 // per task on 3 to 8 processors with yields and 81-87 with spills, and a
 // profile of BenchmarkDispatch on 16 had a fifth of the processor time in
 // that lock. On two processors yields were still faster with 100
-// producers, there and on a two-core machine (see enqueue). Spilling
-// costs memory instead, as a producer that outpaces the workers queues
-// its backlog: BenchmarkDispatch's 0 B per task became 1-11 on 3 to 16
-// processors, in spill chunks (a queued task takes 8 bytes).
+// producers. Spilling costs memory instead, as a producer that outpaces
+// the workers queues its backlog: BenchmarkDispatch's 0 B per task
+// became up to 11 on 3 to 16 processors (1-11 MB over a run of a million
+// tasks), in spill chunks.
 func (e *Engine[T]) yieldBeforeSpill() bool {
 	if e.procs > yieldProcs || e.longTasks.Load() {
 		return false
