@@ -100,9 +100,9 @@ func New(maxWorkers int, opts ...Option) *Pool {
 // Go submits task to run on a worker and returns without waiting for it.
 // It makes no allocation per task; a backlog that outgrows the queue's
 // rings goes into chunks, which double in size and are reused, so a
-// producer that outpaces the workers makes a few allocations per
-// backlog. BENCHMARKS.md has its cost per task (tens of nanoseconds on
-// two cores). When tasks pile up (the part of the queue it
+// backlog of n tasks costs about log2(n) allocations in each part of the
+// queue it fills. BENCHMARKS.md has its cost per task (tens of
+// nanoseconds on two cores). When tasks pile up (the part of the queue it
 // picks holds 64) while tasks are short (the last one timed took under
 // 2 µs), on at most two processors (GOMAXPROCS when the pool was made),
 // and either every worker the limit allows is live or the program has few
