@@ -53,9 +53,11 @@
 // once per 10 µs, a new one at most once per 100 µs and only up to
 // GOMAXPROCS workers (as it was when the engine was made), as searchers
 // that wait for a processor mean busy processors, where a new worker would
-// wait too. The first check looks at a ring cell the producer has just
-// written and reads the workers' count only when that task still waits, so
-// it is cheap while the workers keep up.
+// wait too. No check runs while there is nobody to wake (no parked
+// worker, and no room to start one), as in a pool busy at its limit. The
+// first check looks at a ring cell the producer has just written and
+// reads the workers' count only when that task still waits, so it is
+// cheap while the workers keep up.
 // Checking only every 16th push for a run of undrained pushes left a
 // stuck searcher unnoticed for about 130 µs (the p99 queue wait, against
 // 35-85 µs now); reading the workers' count at every 4th push cost 3-9 ns

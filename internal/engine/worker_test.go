@@ -145,6 +145,30 @@ func TestStallStartsNoWorkerBeyondGOMAXPROCS(t *testing.T) {
 	}
 }
 
+// With nobody to wake (every worker busy at the limit, none parked), a
+// push makes no stall look: a look reads lines that workers write, which
+// cost busy producers 1.5-2.5 ns per task. A look that ran would leave the
+// shard's read count in checked.
+func TestNoStallLookWithNobodyToWake(t *testing.T) {
+	leak.Check(t)
+	e := New(Config[func()]{MaxWorkers: 2, QueueSize: -1, IdleTimeout: time.Hour, Run: func(f func()) { f() }})
+	defer stop(e)
+	release := occupy(t, e, 2)
+	defer close(release)
+	e.searching.Add(1) // a searcher, so that pushes look for stalls rather than wake
+	defer e.searching.Add(-1)
+	for range 64 * len(e.shards) {
+		if err := e.Push(nil, func() {}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range e.shards {
+		if c := e.shards[i].checked.Load(); c != 0 {
+			t.Errorf("shard %d: a push looked for a stall (checked = %d) with every worker busy at the limit", i, c)
+		}
+	}
+}
+
 // occupy runs n tasks on e that block until the returned channel is
 // closed, and returns once they all run. It waits for the tasks' own
 // signal, not for the engine's counts: a task leaves the queue before its
