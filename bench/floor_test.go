@@ -1,6 +1,8 @@
 package main
 
 import (
+	"runtime"
+	"sync/atomic"
 	"testing"
 
 	"github.com/gocrew/crew/bench/subjects"
@@ -35,3 +37,33 @@ type inlinePool func()
 
 func (p inlinePool) Submit()   { p() }
 func (p inlinePool) StopWait() {}
+
+// BenchmarkLineHandoff measures what it costs to move one cache line from
+// one processor to another: two goroutines take turns writing one word,
+// each spinning until the other has written. ns/op is one hand-off. A
+// tiny task passed from a producer to a worker moves at least the line
+// that holds it, so with one producer this bounds BenchmarkDispatch from
+// below (see BENCHMARKS.md).
+func BenchmarkLineHandoff(b *testing.B) {
+	if runtime.GOMAXPROCS(0) < 2 {
+		b.Skip("needs two processors")
+	}
+	var turn atomic.Int64
+	n := int64(b.N)
+	done := make(chan struct{})
+	b.ResetTimer()
+	go func() {
+		defer close(done)
+		for v := int64(1); v < n; v += 2 {
+			for turn.Load() != v {
+			}
+			turn.Store(v + 1)
+		}
+	}()
+	for v := int64(0); v < n; v += 2 {
+		for turn.Load() != v {
+		}
+		turn.Store(v + 1)
+	}
+	<-done
+}

@@ -150,10 +150,7 @@ func New[T any](cfg Config[T]) *Engine[T] {
 	if cfg.MaxWorkers <= 0 || cfg.MinWorkers < 0 || cfg.MinWorkers > cfg.MaxWorkers || cfg.IdleTimeout < 0 || cfg.Run == nil && cfg.NewRunner == nil {
 		panic("engine: invalid config")
 	}
-	n := 1
-	for n < 2*runtime.GOMAXPROCS(0) {
-		n <<= 1
-	}
+	n := shardCount()
 	e := &Engine[T]{
 		run:       cfg.Run,
 		newRunner: cfg.NewRunner,
@@ -187,6 +184,16 @@ func New[T any](cfg Config[T]) *Engine[T] {
 	e.capacity.Store(capacity(int64(cfg.MaxWorkers), e.queue))
 	e.keepMinimum()
 	return e
+}
+
+// shardCount returns how many shards an engine has: twice GOMAXPROCS,
+// rounded up to a power of two.
+func shardCount() int {
+	n := 1
+	for n < 2*runtime.GOMAXPROCS(0) {
+		n <<= 1
+	}
+	return n
 }
 
 // capacity returns workers+queue, saturating instead of overflowing.

@@ -2,6 +2,8 @@ package engine
 
 import (
 	"fmt"
+	"math/rand/v2"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -53,6 +55,48 @@ func BenchmarkPush(b *testing.B) {
 				stop(e)
 			})
 		}
+	}
+}
+
+// BenchmarkShards measures the engine's queue alone, the floor under
+// BenchmarkPush with one producer: the producer pushes b.N tiny tasks into
+// shards picked at random, as Push does, and one goroutine takes them as a
+// worker does and runs them, spinning while the shards are empty. There is
+// no searching, waking or looking for stalls.
+func BenchmarkShards(b *testing.B) {
+	if runtime.GOMAXPROCS(0) < 2 {
+		b.Skip("needs two processors: the taker spins")
+	}
+	shards := make([]shard[func()], shardCount())
+	for i := range shards {
+		shards[i].init()
+	}
+	mask := uint32(len(shards) - 1)
+	var n atomic.Int64
+	task := func() { n.Add(1) }
+	done := make(chan struct{})
+	b.ReportAllocs()
+	b.ResetTimer()
+	go func() {
+		defer close(done)
+		for home, ran := uint32(0), 0; ran < b.N; {
+			if t, ok := shards[home&mask].pop(false); ok {
+				t()
+				ran++
+				continue
+			}
+			home++
+		}
+	}()
+	for range b.N {
+		for shards[rand.Uint32()&mask].pushRing(task)&^closedBit == 0 {
+			runtime.Gosched() // the ring is full: let the taker run
+		}
+	}
+	<-done
+	b.StopTimer()
+	if n.Load() != int64(b.N) {
+		b.Fatalf("ran %d of %d", n.Load(), b.N)
 	}
 }
 
