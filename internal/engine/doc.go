@@ -4,10 +4,11 @@
 // # Algorithm
 //
 // Producers never hand a task to a particular worker; they append it to one
-// of a small set of shards (twice GOMAXPROCS, rounded up to a power of two)
-// picked at random by a cheap per-thread generator. Workers pull: each
-// looks first at the shard where it last found a task and takes from the
-// others when that is empty. Handing a task to a parked goroutine costs a
+// of a small set of shards (twice GOMAXPROCS, rounded up to a power of two),
+// picked by hashing a count of the producer's pushes, which jumps from
+// shard to shard as a random pick would, at half its cost (spread.go).
+// Workers pull: each looks first at the shard where it last found a task
+// and takes from the others when that is empty. Handing a task to a parked goroutine costs a
 // wake-up per task (about 250 ns); pulling costs a few atomic operations,
 // which is why crew pulls. What is left of a tiny task's cost is moving
 // cache lines between cores, so a shard is a lock-free ring in which

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"math/rand/v2"
+	"math/bits"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -88,8 +88,10 @@ type Engine[T any] struct {
 	// passes the new worker allocates a closure for it.
 	newWorker func()
 
-	shards []shard[T]
-	mask   uint32
+	shards  []shard[T]
+	stripes []stripe // see pick
+	mask    uint32
+	spread  uint8 // 64 - log2(len(shards)): pick keeps its hash's top bits
 
 	closed atomic.Bool // intake is closed; each shard also has the flag under its lock
 	// The last task a worker timed ran longer than longTask (see runTimed
@@ -158,7 +160,9 @@ func New[T any](cfg Config[T]) *Engine[T] {
 		onGoexit:  cfg.OnGoexit,
 		drop:      cfg.Drop,
 		shards:    make([]shard[T], n),
+		stripes:   make([]stripe, n),
 		mask:      uint32(n - 1),
+		spread:    uint8(64 - bits.TrailingZeros(uint(n))),
 		bounded:   cfg.QueueSize >= 0,
 		queue:     int64(cfg.QueueSize),
 		idleTime:  cfg.IdleTimeout,
@@ -289,7 +293,7 @@ func (e *Engine[T]) enqueue(t T) error {
 	if e.closed.Load() {
 		return e.refuse()
 	}
-	i := rand.Uint32()
+	i := e.pick()
 	s := &e.shards[i&e.mask]
 	n, r := s.push(t)
 	spilled := false

@@ -377,3 +377,25 @@ func TestShardLastLookSeesTasksMovedBeforeTheFlag(t *testing.T) {
 		t.Fatalf("last look after the move took %d, %v; want %d (len %d)", got, ok, ringSize+1, s.len())
 	}
 }
+
+// One producer's tasks go to every shard, about as many to each: a pick
+// that kept to one shard (by the producer's stack alone, say) would have a
+// worker chase the producer through one ring, cell by cell.
+func TestOneProducerSpreadsOverTheShards(t *testing.T) {
+	leak.Check(t)
+	e := New(Config[func()]{MaxWorkers: 1, QueueSize: -1, IdleTimeout: time.Hour, Run: func(f func()) { f() }})
+	defer stop(e)
+	release := occupy(t, e, 1)
+	defer close(release)
+	per := 256
+	for range per * len(e.shards) {
+		if err := e.Push(nil, func() {}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range e.shards {
+		if n := int(e.shards[i].len()); n < per/2 || n > 2*per {
+			t.Errorf("shard %d holds %d of %d tasks, want about %d", i, n, per*len(e.shards), per)
+		}
+	}
+}
