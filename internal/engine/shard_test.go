@@ -383,10 +383,7 @@ func TestShardLastLookSeesTasksMovedBeforeTheFlag(t *testing.T) {
 // worker chase the producer through one ring, cell by cell.
 func TestOneProducerSpreadsOverTheShards(t *testing.T) {
 	leak.Check(t)
-	e := New(Config[func()]{MaxWorkers: 1, QueueSize: -1, IdleTimeout: time.Hour, Run: func(f func()) { f() }})
-	defer stop(e)
-	release := occupy(t, e, 1)
-	defer close(release)
+	e := busy(t, 1)
 	per := 256
 	for range per * len(e.shards) {
 		if err := e.Push(nil, func() {}); err != nil {

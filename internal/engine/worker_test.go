@@ -147,14 +147,11 @@ func TestStallStartsNoWorkerBeyondGOMAXPROCS(t *testing.T) {
 
 // With nobody to wake (every worker busy at the limit, none parked), a
 // push makes no stall look: a look reads lines that workers write, which
-// cost busy producers 1.5-2.5 ns per task. A look that ran would leave the
-// shard's read count in checked.
+// cost busy producers 4-10% of BenchmarkDispatch's time per task. A look
+// that ran would leave the shard's read count in checked.
 func TestNoStallLookWithNobodyToWake(t *testing.T) {
 	leak.Check(t)
-	e := New(Config[func()]{MaxWorkers: 2, QueueSize: -1, IdleTimeout: time.Hour, Run: func(f func()) { f() }})
-	defer stop(e)
-	release := occupy(t, e, 2)
-	defer close(release)
+	e := busy(t, 2)
 	e.searching.Add(1) // a searcher, so that pushes look for stalls rather than wake
 	defer e.searching.Add(-1)
 	for range 64 * len(e.shards) {
@@ -167,6 +164,19 @@ func TestNoStallLookWithNobodyToWake(t *testing.T) {
 			t.Errorf("shard %d: a push looked for a stall (checked = %d) with every worker busy at the limit", i, c)
 		}
 	}
+}
+
+// busy returns an engine of at most n workers, all running tasks that
+// block until the test ends.
+func busy(t *testing.T, n int) *Engine[func()] {
+	t.Helper()
+	e := New(Config[func()]{MaxWorkers: n, QueueSize: -1, IdleTimeout: time.Hour, Run: func(f func()) { f() }})
+	release := occupy(t, e, int64(n))
+	t.Cleanup(func() {
+		close(release)
+		stop(e)
+	})
+	return e
 }
 
 // occupy runs n tasks on e that block until the returned channel is
