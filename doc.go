@@ -63,13 +63,13 @@
 //
 // # Costs
 //
-// Go allocates nothing and costs tens of nanoseconds per task (27-42 ns
-// on two cores in the dispatch benchmark, up to 74 in a slow hour of the
-// shared VM, whether the pool allows 2 or 200,000 workers): workers pull tasks from
-// sharded queues instead of being handed each one, and a new worker is woken
-// only when none is already looking for work, so tiny tasks run on a few
-// workers while blocking tasks grow the pool towards its limit. A queued Go
-// task costs about 8.4 bytes of heap. Submit costs three small allocations for
-// its Task. BENCHMARKS.md has the measurements and the commands that made
-// them.
+// Go allocates nothing and costs tens of nanoseconds per task (20-35 ns
+// on two cores in the dispatch benchmark, up to about 90 in a slow hour of
+// the shared VM, whether the pool allows 2 or 200,000 workers): workers
+// pull tasks from sharded queues instead of being handed each one, and a
+// new worker is woken only when none is already looking for work, so tiny
+// tasks run on a few workers while blocking tasks grow the pool towards
+// its limit. A queued Go task costs about 8.4 bytes of heap. Submit costs
+// three small allocations for its Task. BENCHMARKS.md has the
+// measurements and the commands that made them.
 package crew
