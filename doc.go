@@ -63,9 +63,10 @@
 //
 // # Costs
 //
-// Go allocates nothing and costs tens of nanoseconds per task (20-35 ns
-// on two cores in the dispatch benchmark, up to about 90 in a slow hour of
-// the shared VM, whether the pool allows 2 or 200,000 workers): workers
+// Go allocates nothing and costs tens of nanoseconds per task (20-25 ns
+// on two cores in the dispatch benchmark in quiet minutes, 30-70 in slower
+// ones, up to about 90 while the shared VM passes cache lines between its
+// cores slowly; whether the pool allows 2 or 200,000 workers): workers
 // pull tasks from sharded queues instead of being handed each one, and a
 // new worker is woken only when none is already looking for work, so tiny
 // tasks run on a few workers while blocking tasks grow the pool towards

@@ -147,7 +147,7 @@ func TestStallStartsNoWorkerBeyondGOMAXPROCS(t *testing.T) {
 
 // With nobody to wake (every worker busy at the limit, none parked), a
 // push makes no stall look: a look reads lines that workers write, which
-// cost busy producers 4-10% of BenchmarkDispatch's time per task. A look
+// cost busy producers 3.5-10% of BenchmarkDispatch's time per task. A look
 // that ran would leave the shard's read count in checked.
 func TestNoStallLookWithNobodyToWake(t *testing.T) {
 	leak.Check(t)
