@@ -2,7 +2,6 @@ package engine
 
 import (
 	"fmt"
-	"math/rand/v2"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -60,18 +59,15 @@ func BenchmarkPush(b *testing.B) {
 
 // BenchmarkShards measures the engine's queue alone, the floor under
 // BenchmarkPush with one producer: the producer pushes b.N tiny tasks into
-// shards picked at random, as Push does, and one goroutine takes them as a
+// the shards that Push would pick, and one goroutine takes them as a
 // worker does and runs them, spinning while the shards are empty. There is
 // no searching, waking or looking for stalls.
 func BenchmarkShards(b *testing.B) {
 	if runtime.GOMAXPROCS(0) < 2 {
 		b.Skip("needs two processors: the taker spins")
 	}
-	shards := make([]shard[func()], shardCount())
-	for i := range shards {
-		shards[i].init()
-	}
-	mask := uint32(len(shards) - 1)
+	e := newFuncEngine(1) // for its shards and pick: it starts no worker here
+	shards, mask := e.shards, e.mask
 	var n atomic.Int64
 	task := func() { n.Add(1) }
 	done := make(chan struct{})
@@ -89,7 +85,7 @@ func BenchmarkShards(b *testing.B) {
 		}
 	}()
 	for range b.N {
-		for shards[rand.Uint32()&mask].pushRing(task)&^closedBit == 0 {
+		for shards[e.pick()&mask].pushRing(task)&^closedBit == 0 {
 			runtime.Gosched() // the ring is full: let the taker run
 		}
 	}
