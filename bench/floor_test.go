@@ -38,12 +38,14 @@ type inlinePool func()
 func (p inlinePool) Submit()   { p() }
 func (p inlinePool) StopWait() {}
 
-// BenchmarkLineHandoff measures what it costs to move one cache line from
-// one processor to another: two goroutines take turns writing one word,
-// each spinning until the other has written. ns/op is one hand-off. A
-// tiny task passed from a producer to a worker moves at least the line
-// that holds it, so with one producer this bounds BenchmarkDispatch from
-// below (see BENCHMARKS.md).
+// BenchmarkLineHandoff measures how long it takes to move one cache line
+// from one processor to another: two goroutines take turns writing one
+// word, each spinning until the other has written. ns/op is one hand-off.
+// A tiny task passed from a producer to a worker moves at least the line
+// that holds it; hand-offs overlap, so this does not bound
+// BenchmarkDispatch, but on a shared machine whose hand-offs slow down
+// for minutes at a time the one-producer cells follow it (see
+// BENCHMARKS.md).
 func BenchmarkLineHandoff(b *testing.B) {
 	if runtime.GOMAXPROCS(0) < 2 {
 		b.Skip("needs two processors")
