@@ -270,16 +270,16 @@ func (s *shard[T]) pushed() uint64 {
 }
 
 // stalled reports whether the ring seems to hold tasks that nobody takes:
-// the task pushed staleEvery-1 pushes before the one that made its write
-// count n still waits, and no task has been taken from the ring since the
-// previous look that came this far. The cell is on a line the producer
-// has just written, so while the workers keep up the look costs next to
-// nothing; only while tasks wait does it read the workers' line.
+// the task pushed just before the one that made its write count n still
+// waits, and no task has been taken from the ring since the previous look
+// that came this far. The cell is next to the one the producer has just
+// written, so while the workers keep up the look costs little; only
+// while tasks wait does it read the workers' line.
 func (s *shard[T]) stalled(n uint64) bool {
-	if n <= staleEvery {
+	if n < 2 {
 		return false
 	}
-	if p := n - staleEvery; s.ring[p%ringSize].seq.Load() != p+1 {
+	if p := n - 2; s.ring[p%ringSize].seq.Load() != p+1 {
 		return false
 	}
 	read := s.read.Load()

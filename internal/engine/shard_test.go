@@ -236,35 +236,35 @@ func TestShardStalled(t *testing.T) {
 		}
 		return n
 	}
-	for range 4 * staleEvery { // workers keep up
+	for range 8 { // workers keep up
 		n := push()
 		s.pop(false)
 		if s.stalled(n) {
 			t.Fatalf("stalled at push %d with the ring empty", n)
 		}
 	}
-	// pushThenLook pushes k tasks and looks for a stall at the last.
-	pushThenLook := func(k int) (uint64, bool) {
-		var n uint64
-		for range k {
-			n = push()
-		}
+	look := func() (uint64, bool) {
+		n := push()
 		return n, s.stalled(n)
 	}
-	// Nobody takes: the first look that finds a task waiting notes how
-	// far the workers have come; the next one reports the stall.
-	if n, stalled := pushThenLook(staleEvery + 1); stalled {
+	// Nobody takes: the first look that finds the task before its own
+	// waiting notes how far the workers have come; the next one reports
+	// the stall.
+	if n, stalled := look(); stalled {
+		t.Fatalf("stalled at push %d, with the task before it taken", n)
+	}
+	if n, stalled := look(); stalled {
 		t.Fatalf("stalled at push %d, the first look to find a task waiting", n)
 	}
-	if n, stalled := pushThenLook(staleEvery); !stalled {
+	if n, stalled := look(); !stalled {
 		t.Fatalf("not stalled at push %d with %d tasks waiting and none taken", n, s.len())
 	}
 	s.pop(false) // a worker drains the backlog, slowly
-	if n, stalled := pushThenLook(staleEvery); stalled {
+	if n, stalled := look(); stalled {
 		t.Fatalf("stalled at push %d although a task was taken since the last look", n)
 	}
-	if n, stalled := pushThenLook(staleEvery); !stalled {
-		t.Fatalf("not stalled at push %d: nothing taken for %d pushes", n, staleEvery)
+	if n, stalled := look(); !stalled {
+		t.Fatalf("not stalled at push %d: nothing taken since the last look", n)
 	}
 }
 
