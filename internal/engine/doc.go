@@ -63,7 +63,7 @@
 // when that task still waits, so it is cheap while the workers keep up.
 // The check's spacing sets the p99 queue wait at half load: checking
 // every 16th push for a run of undrained pushes, 130 µs; every 4th push
-// for a task three pushes back, 60-90 µs; every push, 16-22 µs, at no
+// for a task three pushes back, 44-94 µs; every push, 14-22 µs, at no
 // cost to busy producers since the skip above (before it, reading the
 // taken count at every 4th push cost 3-9 ns per task).
 //

@@ -86,7 +86,13 @@ func (s *shard[T]) init() {
 	for i := range s.ring {
 		s.ring[i].seq.Store(uint64(i))
 	}
+	s.checked.Store(notChecked)
 }
+
+// notChecked, in a shard's checked word, says that no look has noted a
+// read count yet: no read count equals it, so the first look only notes
+// one (see stalled).
+const notChecked = ^uint64(0)
 
 // pushResult says what became of a push.
 type pushResult int

@@ -236,6 +236,16 @@ func TestShardStalled(t *testing.T) {
 		}
 		return n
 	}
+	// A fresh shard: its first look only notes how far the workers have
+	// come, though nobody has taken a task yet.
+	if n := push(); s.stalled(n) {
+		t.Fatalf("stalled at push %d, the first", n)
+	}
+	if n := push(); s.stalled(n) {
+		t.Fatalf("stalled at push %d, the first look to find a task waiting", n)
+	}
+	s.pop(false)
+	s.pop(false)
 	for range 8 { // workers keep up
 		n := push()
 		s.pop(false)
