@@ -436,9 +436,9 @@ const (
 // 3.5-10% off the time per task of BenchmarkDispatch's crew cells on two
 // cores (medians of 60 interleaved rounds). With that skip, looking at
 // every push costs no more than looking at every fourth did, and a stuck
-// searcher is noticed at the third push into a shard after it stops
+// searcher is noticed by the third push into a shard after it stops
 // instead of the eighth to eleventh: at half load the p99 queue wait fell
-// from 60-91 µs to 16-22 (BenchmarkQueueWait, five interleaved rounds).
+// from 44-94 µs to 14-22 (BenchmarkQueueWait, interleaved rounds).
 // While a stall lasts, every push that looks calls wakeStale, whose clock
 // read (about 27 ns) comes before its rate limit turns the push away; rand
 // 1Mu-1t, where stalls are common, took as long as before.
