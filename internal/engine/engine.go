@@ -419,16 +419,16 @@ const (
 // starts new ones only up to GOMAXPROCS: a stall means that the searchers
 // wait for a processor (a new worker's user code, NewRunner, runs outside
 // the searchers), and a new worker would wait like them, while the
-// searchers will come. With
-// one producer of tiny tasks, each rule started dozens to hundreds of
-// workers a run without the cap (rand 1u-1Mt), and stalls alone some 180
-// with a million producers (rand 1Mu-1t), whose runnable goroutines keep
-// a yielding searcher from its processor for long; capped, crew starts a
-// handful, does the work as fast and allocates a fraction. When workers
-// block instead (sleep, I/O), the processors are free and searchers do
-// not stall: a push that finds no searcher, and a searcher that finds a
-// backlog, start workers up to the limit. The rarer checks read the clock,
-// and hold for long stretches of a busy engine.
+// searchers will come. With one producer of tiny tasks, each rule started
+// dozens to hundreds of workers a run without the cap (rand 1u-1Mt), and
+// stalls alone some 180 with a million producers (rand 1Mu-1t), whose
+// runnable goroutines keep a yielding searcher from its processor for
+// long; capped, crew starts a handful, does the work as fast and
+// allocates a fraction. When workers block instead (sleep, I/O), the
+// processors are free and searchers do not stall: a push that finds no
+// searcher, and a searcher that finds a backlog, start workers up to the
+// limit. The rarer checks read the clock, and hold for long stretches of
+// a busy engine.
 //
 // Nothing is checked while a check could wake nobody: no worker is parked
 // and GOMAXPROCS workers (or the limit, if lower) are live, as in a busy
