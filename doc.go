@@ -63,7 +63,7 @@
 //
 // # Costs
 //
-// Go allocates nothing and costs tens of nanoseconds per task (20-25 ns
+// Go allocates nothing and costs tens of nanoseconds per task (19-25 ns
 // on two cores in the dispatch benchmark in quiet minutes, 30-70 in slower
 // ones, up to about 90 while the shared VM passes cache lines between its
 // cores slowly; whether the pool allows 2 or 200,000 workers): workers

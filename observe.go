@@ -16,8 +16,9 @@ import (
 // This file holds the pool's observability: hooks, latency histograms,
 // logging, profile labels and trace regions. Everything is chosen in New,
 // so that a pool that asks for none of it runs the plain code: the Go path
-// of such a pool tests one nil pointer (p.obs) and nothing else, and its
-// workers call tasks directly.
+// of such a pool tests one flag (p.slow, which also stands for
+// WithNonBlocking) besides the pool's own check, and its workers call tasks
+// directly.
 //
 // Per-task times need the moment a task was submitted. An observed pool
 // queues, instead of the task itself, a closure that carries the task and

@@ -56,7 +56,8 @@ func logPanic(p *PanicError) { log.Print(p.Error()) }
 // n == 0 a task is accepted only when a worker can take it: a direct
 // hand-off. Submissions that find the queue full wait for room (Go, Submit,
 // SubmitCtx), fail with ErrQueueFull (Go and Submit WithNonBlocking), or
-// report false (TrySubmit). By default the queue is unbounded.
+// report false (TrySubmit). By default the queue is unbounded. New panics
+// with an error wrapping ErrInvalid if n < 0.
 func WithQueueSize(n int) Option {
 	return func(c *config) {
 		if n < 0 {
@@ -73,7 +74,8 @@ func WithNonBlocking() Option {
 }
 
 // WithIdleTimeout sets how long an idle worker waits for a task before it
-// retires (DefaultIdleTimeout if not set). d must be positive.
+// retires (DefaultIdleTimeout if not set). New panics with an error wrapping
+// ErrInvalid if d is not positive.
 func WithIdleTimeout(d time.Duration) Option {
 	return func(c *config) {
 		if d <= 0 {
@@ -87,7 +89,8 @@ func WithIdleTimeout(d time.Duration) Option {
 // burst after a quiet spell finds warm workers. n must be at most the
 // worker limit. While Resize holds the limit below n, the limit is the
 // minimum; once it grows again, workers start up to n and idle ones
-// retire down to it.
+// retire down to it. New panics with an error wrapping ErrInvalid if n < 0
+// or n is above the limit.
 func WithMinWorkers(n int) Option {
 	return func(c *config) {
 		if n < 0 {

@@ -167,8 +167,8 @@ func (p *Pool) SubmitCtx(ctx context.Context, task func()) error {
 // deadline passes.
 //
 // Submitting never fails silently: when the task cannot be queued (ErrStopped,
-// ErrQueueFull WithNonBlocking, ErrNilTask) the returned Task is already done
-// with that error. A panic in task completes the Task with a *PanicError
+// ErrQueueFull WithNonBlocking, ErrNilTask, or an error wrapping ErrInvalid
+// for a nil or zero Pool) the returned Task is already done with that error. A panic in task completes the Task with a *PanicError
 // (unless the pool was built WithCrashOnPanic). It costs three small
 // allocations (the Task, its channel and its run method) and a short
 // critical section that lets Shutdown find it if it is dropped.
@@ -287,7 +287,8 @@ func (p *Pool) Stop() {
 // Submit tasks complete with ErrDropped. Shutdown returns nil when every
 // task had returned before ctx ended; when ctx ends while tasks still run
 // (and see their context cancelled), Dropped may be 0. No worker goroutine
-// outlives it, so a running task that ignores its context delays it.
+// outlives it, so a running task that ignores its context delays it. A nil
+// ctx never ends: Shutdown(nil) waits like Stop.
 //
 // Called from inside one of the pool's own tasks, Shutdown closes the pool
 // and returns an error wrapping ErrInsideTask at once, as Stop does.

@@ -22,7 +22,8 @@ type Task struct {
 
 // Wait blocks until the task has finished and returns its error: the
 // function's own, a *PanicError if it panicked, ErrGoexit, or the error that
-// kept it from running (ErrStopped, ErrQueueFull, ErrDropped, ErrNilTask).
+// kept it from running (ErrStopped, ErrQueueFull, ErrDropped, ErrNilTask, or
+// an error wrapping ErrInvalid for a nil or zero Pool).
 func (t *Task) Wait() error {
 	if t == nil || t.done == nil {
 		return errZeroTask

@@ -13,7 +13,7 @@
 // which is why crew pulls. What is left of a tiny task's cost is moving
 // cache lines between cores, so a shard is a lock-free ring in which
 // producers and workers write separate lines, with a locked spill queue
-// behind it for backlogs (shard.go): on two cores a tiny task costs 25-45
+// behind it for backlogs (shard.go): on two cores a tiny task costs 26-44
 // ns this way, against 45-73 with a lock around each shard. A producer
 // that finds its ring full yields its processor once before it spills,
 // where the yield soon reaches a worker: only while tasks are short, on
@@ -45,27 +45,27 @@
 //
 // Counting a woken or spinning worker as a searcher fails when its
 // goroutine does not get a processor for long (a million runnable
-// producers, or a processor the host has descheduled while the searcher
-// sat in its run queue): producers would wake nobody while the backlog
-// grows. So every push into a shard checks for that: the task pushed into
-// it before still waits and nobody has taken one since the last check;
-// and every 16th, a woken worker that has not started or a shard
-// spilling a backlog. It then wakes one more worker: a parked one at most
-// once per 10 µs, a new one at most once per 100 µs and only up to
-// GOMAXPROCS workers (as it was when the engine was made), as searchers
-// that wait for a processor mean busy processors, where a new worker would
-// wait too. A check first reads the parked and live worker counts and
-// stops when it could wake nobody (no worker parked, and GOMAXPROCS
-// workers, or the limit if lower, live), as in a busy pool; skipping the
-// rest there made tiny tasks 3.5-10% cheaper. The stall check then looks
-// at the ring cell before the one the producer has just written, and
-// reads the shard's count of taken tasks (a line the workers write) only
-// when that task still waits, so it is cheap while the workers keep up.
-// The check's spacing sets the p99 queue wait at half load: checking
-// every 16th push for a run of undrained pushes, 130 µs; every 4th push
-// for a task three pushes back, 44-94 µs; every push, 14-22 µs, at no
-// cost to busy producers since the skip above (before it, reading the
-// taken count at every 4th push cost 3-9 ns per task).
+// producers, or a processor the host has descheduled while the searcher sat
+// in its run queue): producers would wake nobody while the backlog grows.
+// So every push into a shard checks for that: the task pushed into it
+// before still waits and nobody has taken one since the last check; and
+// every 16th, a woken worker that has not started while no wake has
+// succeeded for 100 µs, or a shard spilling a backlog. It then wakes one
+// more worker: a parked one at most once per 10 µs, a new one at most once
+// per 100 µs and only up to GOMAXPROCS workers (as it was when the engine
+// was made), as searchers that wait for a processor mean busy processors,
+// where a new worker would wait too. A check first reads the parked and
+// live worker counts and stops when it could wake nobody (no worker parked,
+// and GOMAXPROCS workers, or the limit if lower, live), as in a busy pool;
+// skipping the rest there made tiny tasks 3.5-10% cheaper. The stall check
+// then looks at the ring cell before the one the producer has just written,
+// and reads the shard's count of taken tasks (a line the workers write)
+// only when that task still waits, so it is cheap while the workers keep
+// up. The check's spacing sets the p99 queue wait at half load: checking
+// every 16th push for a run of undrained pushes, 130 µs; every 4th push for
+// a task three pushes back, 44-94 µs; every push, 14-22 µs, at no cost to
+// busy producers since the skip above (before it, reading the taken count
+// at every 4th push cost 3-9 ns per task).
 //
 // The race between a worker going to sleep and a producer deciding nobody is
 // searching is closed like the runtime closes it: the worker first stops
@@ -77,17 +77,17 @@
 // # Accounting
 //
 // Each shard counts the tasks pushed into it and taken from it. Close marks
-// a shard closed in the word producers claim ring cells with, and under
-// the spill queue's lock, so a task is either refused or counted before
-// Close returns: no task is lost between a check and a push. Workers count completions locally and publish them when
-// they run out of work (or every completionBatch tasks), so no word shared
-// by all producers and workers is written per task. Each also keeps an
-// exact count in a word of its own, which Stats sums over the live workers,
-// so that a worker blocked in a long task does not hide the tasks it has
-// finished. Unfinished tasks are
-// the pushed count minus completed and dropped, read finished-first: both
-// only grow, so a zero means every accepted task had finished at one
-// instant, which is what Wait and Stop wait for.
+// a shard closed in the word producers claim ring cells with, and under the
+// spill queue's lock, so a task is either refused or counted before Close
+// returns: no task is lost between a check and a push. Workers count
+// completions locally and publish them when they run out of work (or every
+// completionBatch tasks), so in an unbounded engine no word shared by all
+// producers and workers is written per task. Each also keeps an exact count
+// in a word of its own, which Stats sums over the live workers, so that a
+// worker blocked in a long task does not hide the tasks it has finished.
+// Unfinished tasks are the pushed count minus completed and dropped, read
+// finished-first: both only grow, so a zero means every accepted task had
+// finished at one instant, which is what Wait and Stop wait for.
 //
 // Bounded engines add one admission counter, kept below MaxWorkers plus the
 // queue size; producers that find it full wait on a signal or fail.

@@ -414,8 +414,8 @@ const (
 // A stall, the task pushed into s before this one still waiting while
 // nobody takes any (see stalled), wakes a parked worker or starts one.
 // Every lateEvery-th push also checks for searchers that may be late
-// rather than stuck: a worker woken over staleWake ago that has not
-// started, or s spilling a backlog. Either wakes a parked worker, but
+// rather than stuck: a woken worker that has not started while no wake
+// has succeeded for staleWake, or s spilling a backlog. Either wakes a parked worker, but
 // starts new ones only up to GOMAXPROCS: a stall means that the searchers
 // wait for a processor (a new worker's user code, NewRunner, runs outside
 // the searchers), and a new worker would wait like them, while the

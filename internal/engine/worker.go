@@ -223,7 +223,7 @@ func (w *worker[T]) Run() {
 }
 
 // loop runs tasks until the worker retires, and reports true then. After a
-// panic in a task it reports the panic and returns false, and work calls it
+// panic in a task it reports the panic and returns false, and Run calls it
 // again: one deferred call per run of the loop, not one per task. searching
 // tells whether the worker is counted in e.searching on entry.
 func (w *worker[T]) loop(searching bool) (retired bool) {
@@ -250,8 +250,8 @@ func (w *worker[T]) loop(searching bool) (retired bool) {
 			e.onPanic(t, v, debug.Stack())
 		} else {
 			// Either the goroutine is ending (runtime.Goexit, or a panic
-			// that will crash the program) and work's deferred call
-			// takes over, or loop returns to work after a panic(nil).
+			// that will crash the program) and Run's deferred call
+			// takes over, or loop returns to Run after a panic(nil).
 			w.ended = &endedTask[T]{t: t}
 			if e.onPanic != nil {
 				w.ended.stack = debug.Stack()

@@ -10,19 +10,19 @@ import (
 
 // A Cond lets goroutines wait for a condition that other goroutines make
 // true, with an optional context (which sync.Cond lacks). The zero Cond is
-// ready to use. Notifiers call broadcast after changing the
-// state the condition reads; broadcast costs one atomic load when nobody
-// waits, which keeps it off the hot path's books.
+// ready to use. Notifiers call Broadcast after changing the state the
+// condition reads; Broadcast costs one atomic load when nobody waits, which
+// keeps it off the hot path's books.
 //
 // A waiter with a context needs a channel to select on, which costs an
-// allocation per broadcast that wakes one; a waiter without one waits on a
+// allocation per Broadcast that wakes one; a waiter without one waits on a
 // sync.Cond, which costs none (Stop, and a Go that waits for room, wait
 // without a context). A Cond must not be copied after first use.
 type Cond struct {
 	waiters atomic.Int32
 	mu      sync.Mutex
 	plain   sync.Cond     // waiters without a context; plain.L is &mu
-	ch      chan struct{} // closed by broadcast; nil until a waiter with a context needs one
+	ch      chan struct{} // closed by Broadcast; nil until a waiter with a context needs one
 }
 
 // Wait blocks until cond reports true or ctx ends; a nil ctx never ends.
