@@ -2,6 +2,7 @@ package main
 
 import (
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -26,6 +27,56 @@ func BenchmarkSleepFloor(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkSleepOneProducer puts the matrix's sleep 1u-1Mt cell (one
+// producer, a million 10 ms sleeps, limit 200,000) beside a reference with
+// no pool: the same sleeps run by noPoolGoroutines goroutines in turn,
+// with nothing queued or handed over. The runtime's timers and parking
+// take most of every subject's time here, so the reference shows how much
+// room a pool has left in the cell. pond v1 is there because it is the
+// fastest peer in the cell, in some runs only (see BENCHMARKS.md). Each
+// iteration is one full run. Names: BenchmarkSleepOneProducer/<subject>.
+func BenchmarkSleepOneProducer(b *testing.B) {
+	w := workload.Matrix[0].Scale(scale(b))
+	b.Run("nopool", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			sleepWithoutPool(w.Total(), min(noPoolGoroutines, w.Total()))
+		}
+	})
+	for _, s := range []subjects.Subject{subjects.Crew, subjects.PondEager, subjects.PondLazy} {
+		b.Run(s.Name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				s.Run(w.Users, w.TasksPerUser, w.Limit, workload.Sleep10ms)
+			}
+		})
+	}
+}
+
+// noPoolGoroutines is how many goroutines share the reference's sleeps:
+// 20 each for a million. Fewer take longer (10,000 goroutines need 100
+// sleeps in turn, a second), more spend longer starting (200,000 took
+// 0.78-0.89 s against 0.74-0.84 for 50,000 in four rounds).
+const noPoolGoroutines = 50_000
+
+// sleepWithoutPool runs n of the matrix's sleeps on g goroutines, in turn
+// on each, and returns when all have ended.
+func sleepWithoutPool(n, g int) {
+	var wg sync.WaitGroup
+	for i := range g {
+		share := n / g
+		if i < n%g {
+			share++
+		}
+		wg.Go(func() {
+			for range share {
+				workload.Sleep10ms()
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // inline runs each task on the goroutine that submits it.
