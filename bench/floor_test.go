@@ -33,8 +33,8 @@ func BenchmarkSleepFloor(b *testing.B) {
 // producer, a million 10 ms sleeps, limit 200,000) beside a reference with
 // no pool: the same sleeps run by noPoolGoroutines goroutines in turn,
 // with nothing queued or handed over. The runtime's timers and parking
-// take most of every subject's time here, so the reference shows how much
-// room a pool has left in the cell. pond v1 is there because it is the
+// take most of crew's time here (its CPU profile), so the reference shows
+// how much room a pool has left in the cell. pond v1 is there because it is the
 // fastest peer in the cell, in some runs only (see BENCHMARKS.md). Each
 // iteration is one full run. Names: BenchmarkSleepOneProducer/<subject>.
 func BenchmarkSleepOneProducer(b *testing.B) {
@@ -56,9 +56,10 @@ func BenchmarkSleepOneProducer(b *testing.B) {
 }
 
 // noPoolGoroutines is how many goroutines share the reference's sleeps:
-// 20 each for a million. Fewer take longer (10,000 goroutines need 100
-// sleeps in turn, a second), more spend longer starting (200,000 took
-// 0.78-0.89 s against 0.74-0.84 for 50,000 in four rounds).
+// 20 each for a million. In four rounds of an earlier form of the
+// reference, 25,000 and 50,000 goroutines took 0.72-0.84 s, 200,000 took
+// 0.78-0.89 (more goroutines to start) and 10,000 about 1.2 (100 sleeps
+// in turn on each).
 const noPoolGoroutines = 50_000
 
 // sleepWithoutPool runs n of the matrix's sleeps on g goroutines, in turn
