@@ -19,7 +19,13 @@ import (
 // Each iteration is one full run. Names: BenchmarkSleepFloor/<subject>.
 func BenchmarkSleepFloor(b *testing.B) {
 	w := workload.Matrix[len(workload.Matrix)-1].Scale(scale(b))
-	for _, s := range []subjects.Subject{inline, subjects.Goroutines, subjects.Crew} {
+	benchSleeps(b, w, inline, subjects.Goroutines, subjects.Crew)
+}
+
+// benchSleeps runs w's 10 ms sleeps on each subject, one full run per
+// iteration, as sub-benchmarks named after the subjects.
+func benchSleeps(b *testing.B, w workload.Workload, ss ...subjects.Subject) {
+	for _, s := range ss {
 		b.Run(s.Name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
@@ -45,14 +51,7 @@ func BenchmarkSleepOneProducer(b *testing.B) {
 			sleepWithoutPool(w.Total(), min(noPoolGoroutines, w.Total()))
 		}
 	})
-	for _, s := range []subjects.Subject{subjects.Crew, subjects.PondEager, subjects.PondLazy} {
-		b.Run(s.Name, func(b *testing.B) {
-			b.ReportAllocs()
-			for b.Loop() {
-				s.Run(w.Users, w.TasksPerUser, w.Limit, workload.Sleep10ms)
-			}
-		})
-	}
+	benchSleeps(b, w, subjects.Crew, subjects.PondEager, subjects.PondLazy)
 }
 
 // noPoolGoroutines is how many goroutines share the reference's sleeps:
