@@ -37,10 +37,10 @@ func benchSleeps(b *testing.B, w workload.Workload, ss ...subjects.Subject) {
 
 // BenchmarkSleepOneProducer puts the matrix's sleep 1u-1Mt cell (one
 // producer, a million 10 ms sleeps, limit 200,000) beside a reference with
-// no pool: the same sleeps run by noPoolGoroutines goroutines in turn,
-// with nothing queued or handed over. The runtime's timers and parking
-// take most of crew's time here (its CPU profile), so the reference shows
-// how much room a pool has left in the cell. pond v1 is there because it is the
+// no pool: the same sleeps run by noPoolGoroutines goroutines in turn, with
+// nothing queued or handed over. The runtime's timers and parking take most
+// of crew's time here (its CPU profile), so the reference shows how much
+// room a pool has left in the cell. pond v1 is there because it is the
 // fastest peer in the cell, in some runs only (see BENCHMARKS.md). Each
 // iteration is one full run. Names: BenchmarkSleepOneProducer/<subject>.
 func BenchmarkSleepOneProducer(b *testing.B) {
