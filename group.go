@@ -78,8 +78,11 @@ func runGroupTask(ctx context.Context, _ int, task func(context.Context) error) 
 // group; Wait then waits for the new task too.
 //
 // If the pool's queue is bounded and full, the task stays in the group's
-// queue: the group's running tasks take it on as they finish, or Wait runs
-// it.
+// queue and a goroutine of the group waits for room to submit its step
+// (the group's running tasks or Wait may run it sooner). If the pool
+// begins to stop before then, the task runs only if a running task of the
+// group takes it on as it finishes; otherwise it is skipped and Wait
+// reports ErrStopped.
 func (g *Group) Go(task func(ctx context.Context) error) error {
 	if g == nil {
 		return errZeroGroup

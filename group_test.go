@@ -598,6 +598,108 @@ func TestGroupShutdownDropsWhatADrainingStepLeaves(t *testing.T) {
 	}
 }
 
+// fullQueue returns a pool of workers workers with a queue of one, every
+// worker held by a task and the queue full, and the function that lets
+// them all finish.
+func fullQueue(t *testing.T, workers int) (*crew.Pool, func()) {
+	t.Helper()
+	p := crew.New(workers, crew.WithQueueSize(1))
+	release := make(chan struct{})
+	for range workers {
+		started := make(chan struct{})
+		p.Go(func() { close(started); <-release })
+		recv(t, started, "a task holding a worker")
+	}
+	if err := p.Go(func() {}); err != nil {
+		t.Fatal(err)
+	}
+	return p, sync.OnceFunc(func() { close(release) })
+}
+
+// A task accepted while the pool's queue is full starts once the queue has
+// room, without waiting for Wait (bug 86: it waited in the group's queue
+// until a task of the group finished or Wait ran it).
+func TestGroupTaskStartsOnceAFullQueueHasRoom(t *testing.T) {
+	leak.Check(t)
+	p, release := fullQueue(t, 1)
+	defer p.Stop()
+	g := p.Group(context.Background())
+	started := make(chan struct{})
+	if err := g.Go(func(context.Context) error { close(started); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	release()
+	recv(t, started, "the group's task, with Wait not called")
+	if err := waitGroupErr(t, g); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A producer and its consumer in one group, both accepted while the pool's
+// queue is full, run at the same time once it has room: Wait, which runs
+// one of them itself, does not wait for ever for the other (bug 86).
+func TestGroupProducerAndConsumerOnAFullQueue(t *testing.T) {
+	leak.Check(t)
+	p, release := fullQueue(t, 2)
+	defer p.Stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	g := p.Group(ctx)
+	ch := make(chan int)
+	g.Go(func(ctx context.Context) error {
+		defer close(ch)
+		for i := range 3 {
+			select {
+			case ch <- i:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		return nil
+	})
+	var got atomic.Int64
+	g.Go(func(context.Context) error {
+		for range ch {
+			got.Add(1)
+		}
+		return nil
+	})
+	release()
+	done := make(chan error, 1)
+	go func() { done <- g.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil || got.Load() != 3 {
+			t.Fatalf("Wait = %v with %d values consumed, want nil and 3", err, got.Load())
+		}
+	case <-time.After(groupDeadline):
+		cancel() // lets the producer give up, and Wait return
+		t.Fatalf("Wait still waits; Wait after cancelling: %v", <-done)
+	}
+}
+
+// A task that waits in the group's queue for room in the pool's when the
+// pool begins to stop, with nothing of the group running to take it on, is
+// skipped, and Wait reports ErrStopped, as Group.Go documents.
+func TestGroupTaskWaitingForRoomIsSkippedWhenThePoolStops(t *testing.T) {
+	leak.Check(t)
+	p, release := fullQueue(t, 1)
+	defer release()
+	g := p.Group(context.Background())
+	var ran atomic.Bool
+	if err := g.Go(func(context.Context) error { ran.Store(true); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	stopped := make(chan struct{})
+	go func() { defer close(stopped); p.Stop() }()
+	recv(t, g.Context().Done(), "the group to learn that the pool stopped")
+	release()
+	recv(t, stopped, "Stop")
+	if err := waitGroupErr(t, g); !errors.Is(err, crew.ErrStopped) || ran.Load() {
+		t.Fatalf("Wait = %v with the task run: %v; want ErrStopped, not run", err, ran.Load())
+	}
+}
+
 func TestGroupConcurrentWaiters(t *testing.T) {
 	leak.Check(t)
 	p := crew.New(2)

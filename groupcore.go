@@ -29,14 +29,18 @@ import (
 // other tasks wait in its own queue, not in the pool's and not on a worker.
 // When a task finishes and tasks wait for a slot, the step that ran it
 // submits a new step (TrySubmit, which never blocks a worker) or, if the
-// pool cannot take one, runs the next task itself.
+// pool cannot take one, runs the next task itself. Steps that a full
+// bounded queue refuses go to one goroutine per group that waits for room
+// to submit them: every queued task within the limit gets its step, as a
+// task left for the group's running tasks could wait for ever behind one
+// that waits for it (a producer and its consumer).
 //
 // Wait helps: while tasks are queued and the limit allows, it runs them on
 // the waiting goroutine. This keeps a group that is waited on inside a pool
 // task from deadlocking when every worker is busy (the classic trap of
 // nested groups on a bounded pool), and lets tasks left in the group's
-// queue (the pool's queue was full, or Shutdown dropped their steps) run
-// or be skipped rather than be lost.
+// queue (the pool stopped before their steps were queued, or Shutdown
+// dropped them) run or be skipped rather than be lost.
 
 // crashes reports whether p was built WithCrashOnPanic: group tasks then let
 // panics crash the program, like the pool's own tasks.
@@ -191,20 +195,22 @@ type core[I any] struct {
 	lost func(seq int)
 	// grow, if set, is called under mu when seq is given to a new task.
 	grow func(seq int)
-	// stranded, if set, is called when tasks were left in the queue
-	// without a step, the pool taking none: goroutines that wait other
-	// than in wait may run them (see Stream.Go).
+	// stranded, if set, is called when the pool refused steps for queued
+	// tasks: goroutines that wait other than in wait may run them before
+	// their steps come, if ever (see Stream.Go).
 	stranded func()
 
 	mu         sync.Mutex
 	q          fifo[I]
 	seq        int // tasks accepted
 	pending    int // steps submitted to the pool and not started
+	owed       int // of pending, steps the pool's full queue refused (see submit)
 	running    int // tasks running, on steps or helping waiters
 	unfinished int // tasks queued or running
 	waiters    int // goroutines parked in wait
 	wake       chan struct{}
 	closed     bool // Wait has returned
+	submitting bool // a goroutine runs submitOwed
 	result     error
 	err        error    // first error
 	errs       []seqErr // WithAllErrors
@@ -340,31 +346,90 @@ func (c *core[I]) needSteps() int {
 }
 
 // submit hands n reserved steps to the pool without ever blocking, and
-// reports whether it could. When the pool takes no more, the queued tasks
-// stay in the group's queue: a running step takes them on when it finishes
-// (the caller, if it is one, continues with them itself), a waiter runs
-// them, and if the pool has stopped and nothing of the group is running,
-// the group fails with ErrStopped so that they are skipped. fromGo tells
-// whether the caller is Go, not a step.
+// reports whether the pool took them all. When its queue is full, the steps
+// it refused go to a goroutine that waits for room (submitOwed): every
+// queued task within the limit must get a step, since a task left to the
+// group's running tasks or to Wait may wait for them for ever (a producer
+// and its consumer in one group, the producer running). A step that calls
+// submit (fromGo false) keeps one of them: it runs the next task itself.
+// When the pool has stopped, the refused steps are given up; if nothing of
+// the group is running, the group fails with ErrStopped so that its queued
+// tasks are skipped.
 func (c *core[I]) submit(n int, fromGo bool) bool {
 	for i := range n {
-		if c.p.TrySubmit(c.step) {
-			continue
+		if !c.p.TrySubmit(c.step) {
+			c.refused(n-i, fromGo)
+			return false
 		}
-		c.mu.Lock()
-		c.pending -= n - i
-		idle := c.running+c.pending == 0
-		c.signal()
-		c.mu.Unlock()
-		if c.stranded != nil {
-			c.stranded()
-		}
-		if fromGo && idle && c.p.refuses() != nil {
-			c.fail(ErrStopped)
-		}
-		return false
 	}
 	return true
+}
+
+// refused deals with n reserved steps that the pool did not take (see
+// submit).
+func (c *core[I]) refused(n int, fromGo bool) {
+	stopped := c.p.refuses() != nil
+	c.mu.Lock()
+	if !fromGo {
+		n--
+		c.pending--
+	}
+	if stopped {
+		c.giveUp(n, !fromGo)
+		return
+	}
+	start := n > 0 && !c.submitting
+	c.owed += n
+	c.submitting = c.submitting || start
+	c.mu.Unlock()
+	if start {
+		go c.submitOwed()
+	}
+	if c.stranded != nil {
+		c.stranded() // a producer may run a task before its step comes
+	}
+}
+
+// submitOwed submits the owed steps one by one, waiting for room in the
+// pool's queue. It gives up the rest when the group's context ends (Wait
+// has returned, or the group is cancelled: its queued tasks are then
+// skipped) or the pool stops.
+func (c *core[I]) submitOwed() {
+	c.mu.Lock()
+	for c.owed > 0 {
+		c.owed--
+		c.mu.Unlock()
+		err := c.p.SubmitCtx(c.ctx, c.step)
+		c.mu.Lock()
+		if err != nil {
+			n := 1 + c.owed
+			c.owed = 0
+			c.submitting = false
+			c.giveUp(n, false)
+			return
+		}
+	}
+	c.submitting = false
+	c.mu.Unlock()
+}
+
+// giveUp gives up n reserved steps that will not be submitted: the tasks
+// left without a step wait for a running step, a waiter or a producer to
+// run them, and if the pool has stopped and nothing of the group is
+// running, the group fails with ErrStopped so that they are skipped.
+// stepGoesOn tells that the caller is a step about to run the next task.
+// Called with mu held; it unlocks it.
+func (c *core[I]) giveUp(n int, stepGoesOn bool) {
+	c.pending -= n
+	idle := !stepGoesOn && c.running+c.pending == 0
+	c.signal()
+	c.mu.Unlock()
+	if c.stranded != nil {
+		c.stranded()
+	}
+	if idle && c.p.refuses() != nil {
+		c.fail(ErrStopped)
+	}
 }
 
 // signal wakes a goroutine parked in wait, if any. Called under mu.

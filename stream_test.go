@@ -316,6 +316,25 @@ func TestStreamAllErrorsInSubmissionOrder(t *testing.T) {
 	}
 }
 
+// A stream's task accepted while the pool's queue is full runs, and its
+// callback with it, once the queue has room, without waiting for Wait
+// (bug 86).
+func TestStreamTaskStartsOnceAFullQueueHasRoom(t *testing.T) {
+	leak.Check(t)
+	p, release := fullQueue(t, 1)
+	defer p.Stop()
+	s := crew.NewStream(context.Background(), p, crew.WithLimit(4))
+	called := make(chan struct{})
+	if err := s.Go(func(context.Context) func() { return func() { close(called) } }); err != nil {
+		t.Fatal(err)
+	}
+	release()
+	recv(t, called, "the callback, with Wait not called")
+	if err := waitStream(t, s); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // A producer waiting for room in the window runs a task that another
 // producer left in the stream's queue because the pool was full: nobody
 // else may be there to run it. Here two producers wait behind a window of
