@@ -37,6 +37,7 @@ type fuzzGroup struct {
 	closed    atomic.Bool  // Wait has returned
 	failedRan atomic.Bool  // a task that fails has run
 	exits     int          // goroutines in Wait ended by a task's Goexit
+	unseen    int          // panics Wait did not report: the pool's panic handler gets them
 
 	mu           sync.Mutex
 	tasks        []*fuzzTask // accepted by Go, in that order
@@ -213,7 +214,7 @@ func (g *fuzzGroup) verify(err error) {
 	tasks, refused := g.tasks, g.refusedTasks
 	g.mu.Unlock()
 	var failed []error // of the tasks that ran, in submission order
-	skipped, goexits := 0, 0
+	skipped, goexits, panics := 0, 0, 0
 	for _, ft := range tasks {
 		switch runs := ft.runs.Load(); {
 		case runs == 0:
@@ -224,9 +225,18 @@ func (g *fuzzGroup) verify(err error) {
 			if e := fuzzKindErr(ft.kind); e != nil {
 				failed = append(failed, e)
 			}
-			if ft.kind == fkGoexit {
+			switch ft.kind {
+			case fkGoexit:
 				goexits++
+			case fkPanic:
+				panics++
 			}
+		}
+	}
+	if !g.all {
+		g.unseen = panics
+		if pe := (*crew.PanicError)(nil); errors.As(err, &pe) {
+			g.unseen--
 		}
 	}
 	for _, ft := range refused {
@@ -428,8 +438,9 @@ func (m *fuzzModel) resultsOp(arg byte) bool {
 }
 
 // checkGroups checks every group once the pool has stopped and returns the
-// number of group tasks that panicked (Stats.Panicked counts them).
-func (m *fuzzModel) checkGroups() (panics int) {
+// number of group tasks that panicked (Stats.Panicked counts them) and of
+// those panics that Wait did not report (the panic handler got them).
+func (m *fuzzModel) checkGroups() (panics, unseen int) {
 	for _, g := range m.groups {
 		if !g.closed.Load() {
 			m.t.Errorf("a %s's Wait did not return", g.what)
@@ -444,7 +455,8 @@ func (m *fuzzModel) checkGroups() (panics int) {
 				}
 			}
 		}
+		unseen += g.unseen
 		g.mu.Unlock()
 	}
-	return panics
+	return panics, unseen
 }

@@ -98,8 +98,11 @@ func (g *Group) Go(task func(ctx context.Context) error) error {
 // skipped, and returns the first error (WithAllErrors: all of them, joined
 // in submission order). A panic comes back as a *PanicError, with the
 // panic's stack; WithRepanic makes Wait panic with it instead, after every
-// task has finished. If tasks were skipped because the group's context was
-// cancelled and no task failed, Wait returns the context's cause.
+// task has finished. A panic that Wait does not report, as it reports an
+// earlier error (WithRepanic: an earlier panic), goes to the pool's panic
+// handler (see WithPanicHandler) as the task ends: no panic goes unseen.
+// If tasks were skipped because the group's context was cancelled and no
+// task failed, Wait returns the context's cause.
 //
 // While it waits, Wait runs queued tasks of the group on the calling
 // goroutine when the group's limit allows (never more than the limit at

@@ -72,8 +72,9 @@ func WithTaskTimeout(d time.Duration) GroupOption {
 // WithRepanic makes Wait panic, once every task has finished, with the
 // *PanicError of the first task that panicked (its Value and the stack of
 // the panic), instead of returning it as an error: the behaviour of
-// sourcegraph/conc. Without it a panic is an error like any other. (A pool
-// built WithCrashOnPanic does not recover group tasks at all.)
+// sourcegraph/conc. Without it a panic is an error like any other. The
+// panics of later tasks go to the pool's panic handler (see Group.Wait).
+// (A pool built WithCrashOnPanic does not recover group tasks at all.)
 func WithRepanic() GroupOption {
 	return func(c *groupConfig) { c.repanic = true }
 }

@@ -246,6 +246,78 @@ func TestGroupRepanic(t *testing.T) {
 	}
 }
 
+// A panic that Wait does not report, because it reports an earlier error
+// or re-panics with an earlier panic, reaches the pool's panic handler,
+// and only such a panic does (bug 87: it was dropped, seen only in
+// Stats().Panicked).
+func TestGroupPanicThatWaitDoesNotReportReachesThePanicHandler(t *testing.T) {
+	leak.Check(t)
+	handled := make(chan any, 4)
+	p := crew.New(2, crew.WithPanicHandler(func(pe *crew.PanicError) { handled <- pe.Value }))
+	defer p.Stop()
+	plain := errors.New("plain")
+	// A running task panics with "second" once another has failed with
+	// firstErr (nil: a panic "first"): once the failure has cancelled the
+	// group, or WithAllErrors, where the order does not matter, once it
+	// is on its way.
+	run := func(firstErr error, all bool, opts ...crew.GroupOption) (waitErr error, repanicked any) {
+		if all {
+			opts = append(opts, crew.WithAllErrors())
+		}
+		g := p.Group(context.Background(), opts...)
+		started, failed := make(chan struct{}), make(chan struct{})
+		g.Go(func(ctx context.Context) error {
+			close(started)
+			if all {
+				<-failed
+			} else {
+				<-ctx.Done()
+			}
+			panic("second")
+		})
+		<-started
+		g.Go(func(context.Context) error {
+			defer close(failed)
+			if firstErr == nil {
+				panic("first")
+			}
+			return firstErr
+		})
+		within(t, groupDeadline, "Wait", func() {
+			defer func() { repanicked = recover() }()
+			waitErr = g.Wait()
+		})
+		return waitErr, repanicked
+	}
+	handledNext := func(want any) {
+		t.Helper()
+		if v := recv(t, handled, "the panic handler"); v != want {
+			t.Fatalf("the panic handler got %v, want %v", v, want)
+		}
+	}
+
+	if err, _ := run(plain, false); err != plain {
+		t.Fatalf("Wait = %v, want the first error", err)
+	}
+	handledNext("second")
+
+	if _, v := run(nil, false, crew.WithRepanic()); v == nil || v.(*crew.PanicError).Value != "first" {
+		t.Fatalf("Wait re-panicked with %v, want the first panic", v)
+	}
+	handledNext("second")
+
+	err, _ := run(plain, true)
+	var pe *crew.PanicError
+	if !errors.Is(err, plain) || !errors.As(err, &pe) || pe.Value != "second" {
+		t.Fatalf("Wait = %v, want both errors", err)
+	}
+	select {
+	case v := <-handled:
+		t.Fatalf("the panic handler got %v, which Wait reported", v)
+	default:
+	}
+}
+
 func TestGroupGoexit(t *testing.T) {
 	leak.Check(t)
 	p := crew.New(2)

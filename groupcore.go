@@ -528,10 +528,12 @@ func (c *core[I]) runItem(e entry[I]) (again bool) {
 // that now fit the limit. It reports what runItem does.
 func (c *core[I]) done(seq int, err error, skipped bool) bool {
 	c.mu.Lock()
+	var lost *PanicError
 	if skipped {
 		c.skipped++
 	} else if err != nil {
-		if cause := c.record(seq, err); cause != nil {
+		var cause error
+		if cause, lost = c.record(seq, err); cause != nil {
 			// Cancel before the slot is free: no queued task may start
 			// between the error and the cancellation. (Cancelling takes
 			// only the contexts' own locks and calls nothing of ours.)
@@ -543,24 +545,35 @@ func (c *core[I]) done(seq int, err error, skipped bool) bool {
 	n := c.needSteps()
 	c.signal()
 	c.mu.Unlock()
+	if lost != nil {
+		c.p.onPanic(lost)
+	}
 	return n > 0 && !c.submit(n, false)
 }
 
-// record notes a task's error under mu and returns the cause with which
-// to cancel the group, or nil.
-func (c *core[I]) record(seq int, err error) error {
-	if pe, ok := err.(*PanicError); ok && c.panicked == nil {
+// record notes a task's error under mu. It returns the cause with which to
+// cancel the group, or nil, and the error if it is a panic that Wait will
+// not report (it returns the first error, or re-panics with the first
+// panic), for the pool's panic handler: no panic goes unseen.
+func (c *core[I]) record(seq int, err error) (cause error, lost *PanicError) {
+	pe, _ := err.(*PanicError)
+	first := pe != nil && c.panicked == nil
+	if first {
 		c.panicked = pe
 	}
-	if c.cfg.all {
+	if c.cfg.repanic && pe != nil && !first {
+		lost = pe
+	}
+	switch {
+	case c.cfg.all:
 		c.errs = append(c.errs, seqErr{seq, err})
-		return nil
-	}
-	if c.err == nil {
+	case c.err == nil:
 		c.err = err
-		return err
+		cause = err
+	case pe != nil && !c.cfg.repanic:
+		lost = pe
 	}
-	return nil
+	return cause, lost
 }
 
 // fail records err as the error of a task that was not accepted.
@@ -574,15 +587,20 @@ func (c *core[I]) fail(err error) {
 // finished (a Stream callback's panic).
 func (c *core[I]) failAt(seq int, err error) {
 	c.mu.Lock()
-	c.failLocked(seq, err)
+	lost := c.failLocked(seq, err)
 	c.mu.Unlock()
+	if lost != nil {
+		c.p.onPanic(lost)
+	}
 }
 
-func (c *core[I]) failLocked(seq int, err error) {
+// failLocked records err as the error of task seq, under mu, and returns
+// it if it is a panic that Wait will not report (see record).
+func (c *core[I]) failLocked(seq int, err error) *PanicError {
 	if c.closed || c.ctx == nil {
-		return
+		return nil
 	}
-	cause := c.record(seq, err)
+	cause, lost := c.record(seq, err)
 	if c.cfg.all && err == ErrStopped {
 		cause = err // the group cannot go on: skip its queued tasks
 	}
@@ -590,6 +608,7 @@ func (c *core[I]) failLocked(seq int, err error) {
 		c.cancel(cause)
 	}
 	c.signal()
+	return lost
 }
 
 // await returns when at most n tasks are unfinished, running queued tasks
