@@ -108,6 +108,7 @@ type Engine[T any] struct {
 
 	workers     atomic.Int64 // exitBit | live workers
 	maxWorkers  atomic.Int64
+	resizeMu    sync.Mutex   // Resize: capacity must follow the last limit stored
 	minWorkers  int64        // kept when idle, as far as maxWorkers allows
 	searching   atomic.Int32 // workers looking for a task, or woken to look
 	maxSpinning int          // searchers beyond this park after one look
@@ -636,9 +637,13 @@ func (e *Engine[T]) Exit() {
 // current task; when n grows, workers start for queued tasks at once, one
 // per task that no searching worker will take, and up to the minimum.
 func (e *Engine[T]) Resize(n int) {
+	e.resizeMu.Lock()
 	old := e.maxWorkers.Swap(int64(n))
 	if e.bounded {
 		e.capacity.Store(capacity(int64(n), e.queue))
+	}
+	e.resizeMu.Unlock()
+	if e.bounded {
 		e.spaceSig.Broadcast()
 	}
 	// A woken or new worker counts as searching at once, but takes its

@@ -474,3 +474,31 @@ func claimCell(t *testing.T, e *Engine[func()]) (fill func(func())) {
 		}
 	}
 }
+
+// Concurrent Resize calls leave the capacity of a bounded engine at the
+// limit that the last of them stored, plus the queue (bug 88: the limit
+// and the capacity were stored one after the other, and a Resize in
+// between left them from different calls: a queue of 0 took 5 tasks under
+// a limit of 4, or 2 under 4).
+func TestConcurrentResizeKeepsTheCapacityInStep(t *testing.T) {
+	leak.Check(t)
+	e := New(Config[func()]{MaxWorkers: 1, QueueSize: 0, Run: func(f func()) { f() }})
+	defer func() { e.Close(); e.Wait(nil); e.Exit() }()
+	for round := range 20000 {
+		var wg sync.WaitGroup
+		for g := range 4 {
+			wg.Go(func() {
+				for i := range 10 {
+					e.Resize(1 + (g+i)%8)
+					if i%3 == 0 {
+						runtime.Gosched()
+					}
+				}
+			})
+		}
+		wg.Wait()
+		if limit, c := e.maxWorkers.Load(), e.capacity.Load(); c != limit {
+			t.Fatalf("round %d: limit %d, capacity %d with a queue of 0", round, limit, c)
+		}
+	}
+}
