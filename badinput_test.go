@@ -161,6 +161,46 @@ func TestBadInputNilPool(t *testing.T) {
 	}
 }
 
+// The methods of a nil Keyed, Priority or RateLimited, and of a layer
+// built on a nil RateLimited, report ErrInvalid as a zero one does, never
+// a nil dereference (bug 89).
+func TestBadInputNilLayers(t *testing.T) {
+	leak.Check(t)
+	var k *crew.Keyed[int]
+	var q *crew.Priority
+	var r *crew.RateLimited
+	nop := func(context.Context) error { return nil }
+	calls := map[string]func() error{
+		"Keyed.Go":           func() error { return k.Go(1, func() {}) },
+		"Keyed.Submit":       func() error { return k.Submit(1, nop).Wait() },
+		"Priority.Go":        func() error { return q.Go(1, func() {}) },
+		"Priority.Submit":    func() error { return q.Submit(1, nop).Wait() },
+		"RateLimited.Go":     func() error { return r.Go(func() {}) },
+		"RateLimited.Submit": func() error { return r.Submit(nop).Wait() },
+		"Keyed on it.Go":     func() error { return crew.NewKeyed[int](r).Go(1, func() {}) },
+		"Priority on it.Go":  func() error { return crew.NewPriority(r).Go(1, func() {}) },
+	}
+	for name, call := range calls {
+		if err, panicked := newPanic(func() {
+			if err := call(); !errors.Is(err, crew.ErrInvalid) {
+				t.Errorf("nil %s = %v, want ErrInvalid", name, err)
+			}
+		}); panicked {
+			t.Errorf("nil %s panicked: %v", name, err)
+		}
+	}
+	if err, panicked := newPanic(func() {
+		k.Wait()
+		q.Wait()
+		r.Wait()
+		if k.Stats() != (crew.LayerStats{}) || q.Stats() != (crew.LayerStats{}) || r.Stats() != (crew.LayerStats{}) {
+			t.Error("nil layers: Stats are not zero")
+		}
+	}); panicked {
+		t.Errorf("nil layers: Wait or Stats panicked: %v", err)
+	}
+}
+
 // Wait on the zero Task (not made by Submit) returns. (It blocked forever on
 // a nil channel until 015e8c0.)
 func TestBadInputZeroTask(t *testing.T) {

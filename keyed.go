@@ -182,10 +182,10 @@ func NewKeyed[K comparable](ex Executor, opts ...KeyedOption) *Keyed[K] {
 // deadline keeps from starting, are dropped and counted in
 // Stats().Dropped.
 func (k *Keyed[K]) Go(key K, task func()) error {
-	if task == nil {
-		if k.l.ex == nil {
-			return errZeroLayer
-		}
+	switch {
+	case k.layer().zero():
+		return errZeroLayer
+	case task == nil:
 		return ErrNilTask
 	}
 	return k.push(key, layerEntry{fn: task})
@@ -196,7 +196,7 @@ func (k *Keyed[K]) Go(key K, task func()) error {
 // queued is already done with the error (see Pool.Submit); one dropped
 // because the pool stopped first completes with ErrDropped.
 func (k *Keyed[K]) Submit(key K, task func(ctx context.Context) error) *Task {
-	t, err := newLayerTask(k.l.p, task)
+	t, err := newLayerTask(k.layer(), task)
 	if err == nil {
 		k.push(key, layerEntry{t: t})
 	}
@@ -214,7 +214,7 @@ func (k *Keyed[K]) Submit(key K, task func(ctx context.Context) error) *Task {
 // of another layer included. Recognising the caller costs microseconds,
 // and only when Wait is about to block.
 func (k *Keyed[K]) Wait() {
-	if k.l.ex != nil {
+	if !k.layer().zero() {
 		k.l.wait("Keyed")
 	}
 }
@@ -223,7 +223,7 @@ func (k *Keyed[K]) Wait() {
 // memory: busy ones, and with WithKeyRate idle ones whose bucket is still
 // refilling. It locks each shard in turn, briefly.
 func (k *Keyed[K]) Stats() LayerStats {
-	if k.l.ex == nil {
+	if k.layer().zero() {
 		return LayerStats{}
 	}
 	s := k.l.stats()
@@ -235,6 +235,14 @@ func (k *Keyed[K]) Stats() LayerStats {
 		sh.mu.Unlock()
 	}
 	return s
+}
+
+// layer returns k's layer, nil if k is nil.
+func (k *Keyed[K]) layer() *layer {
+	if k == nil {
+		return nil
+	}
+	return &k.l
 }
 
 func (k *Keyed[K]) shard(key K) *keyShard[K] {

@@ -243,9 +243,12 @@ func (l *layer) dropTaken(es []layerEntry) {
 
 // newLayerTask returns a Task for a layer's Submit, or one already done with
 // the error that keeps it from being queued.
-func newLayerTask(p *Pool, task func(context.Context) error) (*Task, error) {
-	t := &Task{p: p, fn: task, done: make(chan struct{})}
-	err := p.refuses()
+func newLayerTask(l *layer, task func(context.Context) error) (*Task, error) {
+	t := &Task{fn: task, done: make(chan struct{})}
+	err := l.refuses()
+	if l != nil {
+		t.p = l.p
+	}
 	if task == nil {
 		err = ErrNilTask
 	}
@@ -293,9 +296,10 @@ func (l *layer) mark(run, dropped func()) layerStep {
 	return layerStep{run: func() { engine.RunAs(l.id, engine.Func(run)) }, dropped: dropped}
 }
 
-// refuses reports why the layer's pool takes no new work, or nil.
+// refuses reports why the layer's pool takes no new work, or nil; l is
+// nil for a nil Keyed, Priority or RateLimited.
 func (l *layer) refuses() error {
-	if l.ex == nil {
+	if l == nil || l.ex == nil {
 		return errZeroLayer
 	}
 	return l.p.refuses()
@@ -373,6 +377,10 @@ func (l *layer) wait(what string) {
 func (l *layer) stats() LayerStats {
 	return LayerStats{Unfinished: int(max(0, l.unfinished.Load())), Dropped: l.dropped.Load()}
 }
+
+// zero reports whether l is the layer of a zero, or nil, Keyed, Priority
+// or RateLimited.
+func (l *layer) zero() bool { return l == nil || l.ex == nil }
 
 // errZeroLayer is returned by the methods of a Keyed, Priority or
 // RateLimited not made by its constructor.

@@ -119,10 +119,10 @@ func NewPriority(ex Executor, opts ...PriorityOption) *Priority {
 // are dropped. Dropped tasks are counted in Stats().Dropped, and a Task
 // made by Submit completes with ErrDropped.
 func (q *Priority) Go(prio int, task func()) error {
-	if task == nil {
-		if q.l.ex == nil {
-			return errZeroLayer
-		}
+	switch {
+	case q.layer().zero():
+		return errZeroLayer
+	case task == nil:
 		return ErrNilTask
 	}
 	return q.push(prio, layerEntry{fn: task})
@@ -133,7 +133,7 @@ func (q *Priority) Go(prio int, task func()) error {
 // be queued is already done with the error; one dropped because the pool
 // stopped first completes with ErrDropped.
 func (q *Priority) Submit(prio int, task func(ctx context.Context) error) *Task {
-	t, err := newLayerTask(q.l.p, task)
+	t, err := newLayerTask(q.layer(), task)
 	if err == nil {
 		q.push(prio, layerEntry{t: t})
 	}
@@ -149,7 +149,7 @@ func (q *Priority) Submit(prio int, task func(ctx context.Context) error) *Task 
 // of another layer included. Recognising the caller costs microseconds,
 // and only when Wait is about to block.
 func (q *Priority) Wait() {
-	if q.l.ex != nil {
+	if !q.layer().zero() {
 		q.l.wait("Priority")
 	}
 }
@@ -157,7 +157,7 @@ func (q *Priority) Wait() {
 // Stats returns a snapshot of q's counters; Waiting counts the tasks in
 // its heap.
 func (q *Priority) Stats() LayerStats {
-	if q.l.ex == nil {
+	if q.layer().zero() {
 		return LayerStats{}
 	}
 	s := q.l.stats()
@@ -165,6 +165,14 @@ func (q *Priority) Stats() LayerStats {
 	s.Waiting = len(q.h)
 	q.mu.Unlock()
 	return s
+}
+
+// layer returns q's layer, nil if q is nil.
+func (q *Priority) layer() *layer {
+	if q == nil {
+		return nil
+	}
+	return &q.l
 }
 
 // key returns the heap key of a task of priority prio submitted now: with

@@ -130,10 +130,10 @@ func NewRateLimited(p *Pool, r Rate) *RateLimited {
 // lock, a few atomic operations and a pool submission: no allocation beyond
 // the task's own closure.
 func (r *RateLimited) Go(task func()) error {
-	if task == nil {
-		if r.l.ex == nil {
-			return errZeroLayer
-		}
+	switch {
+	case r.layer().zero():
+		return errZeroLayer
+	case task == nil:
 		return ErrNilTask
 	}
 	return r.push(layerEntry{fn: task}, submitGo)
@@ -144,7 +144,7 @@ func (r *RateLimited) Go(task func()) error {
 // done with the error (see Pool.Submit); one dropped because the pool
 // stopped first completes with ErrDropped.
 func (r *RateLimited) Submit(task func(ctx context.Context) error) *Task {
-	t, err := newLayerTask(r.l.p, task) // a zero RateLimited has no pool: errZeroPool
+	t, err := newLayerTask(r.layer(), task)
 	if err == nil {
 		r.push(layerEntry{t: t}, submitGo)
 	}
@@ -161,7 +161,7 @@ func (r *RateLimited) Submit(task func(ctx context.Context) error) *Task {
 // Recognising the caller costs microseconds, and only when Wait is about
 // to block.
 func (r *RateLimited) Wait() {
-	if r.l.ex != nil {
+	if !r.layer().zero() {
 		r.l.wait("RateLimited")
 	}
 }
@@ -169,7 +169,7 @@ func (r *RateLimited) Wait() {
 // Stats returns a snapshot of r's counters; Waiting counts the tasks
 // waiting for a token or for a worker.
 func (r *RateLimited) Stats() LayerStats {
-	if r.l.ex == nil {
+	if r.layer().zero() {
 		return LayerStats{}
 	}
 	s := r.l.stats()
@@ -179,7 +179,20 @@ func (r *RateLimited) Stats() LayerStats {
 	return s
 }
 
-func (r *RateLimited) layerPool() *Pool { return r.l.p }
+// layer returns r's layer, nil if r is nil.
+func (r *RateLimited) layer() *layer {
+	if r == nil {
+		return nil
+	}
+	return &r.l
+}
+
+func (r *RateLimited) layerPool() *Pool {
+	if r == nil {
+		return nil // a Keyed or Priority on it reports a zero pool
+	}
+	return r.l.p
+}
 
 // layerSubmit queues a layer's step like Go; submitWait lets the pool
 // submission that a token available at once leads to wait for room.
