@@ -180,7 +180,8 @@ func NewKeyed[K comparable](ex Executor, opts ...KeyedOption) *Keyed[K] {
 // RateLimited) and those queued from inside a task behind a first Go of
 // their key that Stop refused; those, and the tasks that Shutdown's
 // deadline keeps from starting, are dropped and counted in
-// Stats().Dropped.
+// Stats().Dropped (one waiting for a token when it comes due or when a
+// Stop from outside the pool returns, as RateLimited.Go says).
 func (k *Keyed[K]) Go(key K, task func()) error {
 	switch {
 	case k.layer().zero():

@@ -124,11 +124,12 @@ func NewRateLimited(p *Pool, r Rate) *RateLimited {
 // A task still waiting for a token when the pool stops is dropped and
 // counted in Stats().Dropped: Pool.Stop runs what the pool has queued, not
 // what a limiter holds back; call Wait first to run everything. It is
-// dropped when its token comes due or when Stop returns, whichever is
-// first, so a Wait that runs meanwhile (in a plain task of the pool, say)
-// waits until then. Go costs a
-// lock, a few atomic operations and a pool submission: no allocation beyond
-// the task's own closure.
+// dropped when its token comes due or when Stop or Shutdown returns,
+// whichever is first, so a Wait that runs meanwhile (in a plain task of
+// the pool, say) waits until then. (A Stop from inside one of the pool's
+// tasks returns at once and drops nothing: the task waits for its token,
+// or for a Stop from outside.) Go costs a lock, a few atomic operations
+// and a pool submission: no allocation beyond the task's own closure.
 func (r *RateLimited) Go(task func()) error {
 	switch {
 	case r.layer().zero():
