@@ -6,6 +6,7 @@ import (
 	"log"
 	"math"
 	"reflect"
+	"slices"
 	"sync"
 	"time"
 
@@ -220,16 +221,22 @@ func (b *Batcher[T]) acceptLocked(item T, size int, dropped T, didDrop bool) {
 		b.handing++
 	}
 	b.mu.Unlock()
-	defer b.dispatch(start)
-	if didDrop {
-		defer func() {
-			b.mu.Lock()
-			b.handing--
-			b.drainedLocked()
-			b.mu.Unlock()
-		}()
-		b.handOver([]T{dropped}, ErrDropped)
+	if !didDrop {
+		b.dispatch(start)
+		return
 	}
+	// The flusher goes to the pool before the hand-over, which may take
+	// long; one that must run here runs after it.
+	if b.submitFlusher(start) {
+		defer b.drain(false)
+	}
+	defer func() {
+		b.mu.Lock()
+		b.handing--
+		b.drainedLocked()
+		b.mu.Unlock()
+	}()
+	b.handOver([]T{dropped}, ErrDropped)
 }
 
 // Flush seals the open batch and waits until it and every batch sealed
@@ -417,11 +424,21 @@ func (b *Batcher[T]) newBufLocked() []T {
 		b.free = b.free[:n-1]
 		return buf
 	}
-	return make([]T, 0, min(b.maxItems, 1024))
+	return make([]T, 0, b.bufCap())
 }
+
+// bufCap is the capacity of a new batch's slice.
+func (b *Batcher[T]) bufCap() int { return min(b.maxItems, 1024) }
 
 // sealLocked queues the open batch, which must not be empty, for flushing.
 // It reports whether to start a flusher for it (see startLocked).
+//
+// A batch sealed at under a quarter of its slice's capacity (by the timer,
+// the byte bound or Flush) that has to wait for a flush slot is queued as
+// a copy of its items, and the open batch keeps the slice: while flushes
+// are slow, items trickling in would otherwise seal many small batches
+// that each hold a full batch's slice, and the bound on pending items
+// would not bound memory.
 func (b *Batcher[T]) sealLocked() launch {
 	b.timer.Stop()
 	if b.head > 0 && len(b.ready) == cap(b.ready) {
@@ -429,9 +446,15 @@ func (b *Batcher[T]) sealLocked() launch {
 		clear(b.ready[n:])
 		b.ready, b.head = b.ready[:n], 0
 	}
-	b.ready = append(b.ready, sealed[T]{items: b.buf, seq: b.seq})
+	items, next := b.buf, []T(nil)
+	waits := b.head < len(b.ready) || b.flushing >= b.maxFlushes
+	if waits && len(items) < cap(items)/4 {
+		items, next = slices.Clone(items), b.buf[:0]
+		clear(b.buf)
+	}
+	b.ready = append(b.ready, sealed[T]{items: items, seq: b.seq})
 	b.seq++
-	b.buf, b.bufBytes = nil, 0
+	b.buf, b.bufBytes = next, 0
 	return b.startLocked()
 }
 
@@ -454,14 +477,13 @@ func (b *Batcher[T]) onTimer() {
 }
 
 // dropOldestLocked removes the oldest item that no flush has taken yet and
-// reports whether there was one.
+// reports whether there was one. A sealed batch that the drop empties is
+// finished at once, so that the queue holds no empty batch: emptied ones
+// would pile up, each with its slice, while the flushes are stalled.
 func (b *Batcher[T]) dropOldestLocked() (old T, ok bool) {
 	items := &b.buf
-	for i := b.head; i < len(b.ready); i++ {
-		if len(b.ready[i].items) > 0 {
-			items = &b.ready[i].items
-			break
-		}
+	if b.head < len(b.ready) {
+		items = &b.ready[b.head].items // sealed batches are never empty
 	}
 	s := *items
 	if len(s) == 0 {
@@ -474,6 +496,9 @@ func (b *Batcher[T]) dropOldestLocked() (old T, ok bool) {
 	*items = s[:len(s)-1]
 	b.pending--
 	b.stats.Dropped++
+	if items != &b.buf && len(*items) == 0 {
+		b.finishLocked(b.takeLocked(), outcome{})
+	}
 	// The dropped item's bytes stay counted in bufBytes (sizeFn is not
 	// called under the lock): the open batch may be sealed early, never
 	// above the byte bound.

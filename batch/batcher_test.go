@@ -1398,3 +1398,146 @@ func TestUnboundedLimits(t *testing.T) {
 		t.Fatalf("after 10 flushed batches %d slices kept for reuse, at most %d", free, maxFree)
 	}
 }
+
+// queuedBatches returns the number of sealed batches waiting for a flusher
+// and the capacity of their slices in all.
+func queuedBatches[T any](b *Batcher[T]) (n, capacity int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, s := range b.ready[b.head:] {
+		capacity += cap(s.items)
+	}
+	return len(b.ready) - b.head, capacity
+}
+
+// DropOldest finishes a sealed batch that its drops empty: while the
+// flushes are stalled, the queue holds no more batches than the pending
+// items fill (bug 90: every emptied batch stayed queued with its slice,
+// and each Add scanned them all for the oldest item).
+func TestDropOldestFinishesTheBatchesItEmpties(t *testing.T) {
+	leak.Check(t)
+	ctx := context.Background()
+	rec := newRecorder[int]()
+	release := rec.hold()
+	b := New(rec.flush, WithMaxItems(2), WithMaxWait(time.Hour), WithMaxPending(6, DropOldest),
+		WithErrorHandler(func(context.Context, []int, error) {}))
+	b.Add(ctx, 0)
+	b.Add(ctx, 1) // [0 1] is being flushed, held
+	rec.waitStarted(t)
+	flushed := make(chan error, 1)
+	go func() { flushed <- b.Flush(ctx) }() // waits for the batches emptied below
+	for i := 2; i < 1000; i++ {
+		b.Add(ctx, i)
+	}
+	if n, _ := queuedBatches(b); n > 2 {
+		t.Fatalf("%d batches queued for 4 pending items of 2 a batch", n)
+	}
+	release()
+	if err := receive(t, flushed); err != nil {
+		t.Fatal(err)
+	}
+	closeWithin(t, b, "after the drops")
+	if s := b.Stats(); s.Dropped != 994 || s.Flushed != 6 || !slices.Equal(rec.all, []int{0, 1, 996, 997, 998, 999}) {
+		t.Fatalf("flushed %v, stats %+v; want [0 1 996 997 998 999], 994 dropped", rec.all, s)
+	}
+}
+
+// A batch sealed small while it has to wait for a flush slot holds a slice
+// the size of its items, not of a full batch, so that the bound on pending
+// items bounds memory too (bug 91: 7,999 pending items of 64 bytes, each
+// sealed alone while the flushes were stalled, held 500 MB).
+func TestSmallBatchesWaitingForAFlushHoldOnlyTheirItems(t *testing.T) {
+	leak.Check(t)
+	ctx := context.Background()
+	rec := newRecorder[int]()
+	release := rec.hold()
+	defer release()
+	b := New(rec.flush, WithMaxItems(1000), WithMaxWait(time.Hour))
+	gone, cancel := context.WithCancel(ctx)
+	cancel()
+	for i := range 100 {
+		b.Add(ctx, i)
+		b.Flush(gone) // seals the batch of one, as the timer would
+	}
+	rec.waitStarted(t) // the first batch is being flushed; the others wait
+	n, capacity := queuedBatches(b)
+	if n != 99 || capacity > 4*n {
+		t.Fatalf("%d batches of one item queued, with slices of %d items in all", n, capacity)
+	}
+	release()
+	closeWithin(t, b, "after the small batches")
+	if !slices.Equal(rec.all, seq(0, 100)) {
+		t.Fatalf("flushed %v", rec.all)
+	}
+}
+
+// On a shared pool built WithNonBlocking whose queue is full, the Add that
+// seals a batch does not run the flush itself: the flusher goes on a
+// goroutine of its own (bug 92: Add ran it, and every batch other
+// producers sealed meanwhile, ignoring its ctx).
+func TestAddOnAFullNonBlockingPoolDoesNotRunTheFlush(t *testing.T) {
+	leak.Check(t)
+	ctx := context.Background()
+	p := crew.New(1, crew.WithQueueSize(1), crew.WithNonBlocking())
+	defer p.Stop()
+	hold, started := make(chan struct{}), make(chan struct{})
+	unhold := sync.OnceFunc(func() { close(hold) })
+	defer unhold()
+	p.Go(func() { close(started); <-hold })
+	receive(t, started)
+	if err := p.Go(func() {}); err != nil { // fills the queue
+		t.Fatal(err)
+	}
+	rec := newRecorder[int]()
+	release := rec.hold()
+	defer release()
+	b := New(rec.flush, WithPool(p), WithMaxItems(1))
+	added := make(chan error, 1)
+	go func() { added <- b.Add(ctx, 1) }() // seals [1]; the pool refuses its flusher
+	rec.waitStarted(t)
+	if err := receive(t, added); err != nil {
+		t.Fatal(err)
+	}
+	release()
+	unhold()
+	closeWithin(t, b, "after the flush")
+	if !slices.Equal(rec.all, []int{1}) {
+		t.Fatalf("flushed %v, want [1]", rec.all)
+	}
+}
+
+// An Add that drops an item for DropOldest and seals a batch starts the
+// batch's flush before it hands the dropped item to the error handler
+// (bug 93: the flush waited for the handler, with a flush slot free).
+func TestDropHandOverDoesNotHoldBackTheFlushOfTheBatchSealed(t *testing.T) {
+	leak.Check(t)
+	ctx := context.Background()
+	firstStarted, first, flushed := make(chan struct{}), make(chan struct{}), make(chan []int, 2)
+	flush := func(_ context.Context, items []int) error {
+		if items[0] == 1 {
+			close(firstStarted)
+			<-first // the first batch holds one of the two slots
+		}
+		flushed <- slices.Clone(items)
+		return nil
+	}
+	inHandler, handlerDone := make(chan struct{}), make(chan struct{})
+	letGo := sync.OnceFunc(func() { close(handlerDone); close(first) })
+	defer letGo()
+	b := New(flush, WithMaxItems(100), WithMaxBytes(3, func(int) int { return 1 }), WithMaxWait(time.Hour),
+		WithMaxConcurrentFlushes(2), WithMaxPending(5, DropOldest),
+		WithErrorHandler(func(context.Context, []int, error) { close(inHandler); <-handlerDone }))
+	for i := 1; i <= 3; i++ {
+		b.Add(ctx, i) // seals [1 2 3]
+	}
+	receive(t, firstStarted)
+	b.Add(ctx, 4)
+	b.Add(ctx, 5)    // [4 5] open
+	go b.Add(ctx, 6) // drops 4, seals [5 6]
+	receive(t, inHandler)
+	if got := receive(t, flushed); !slices.Equal(got, []int{5, 6}) {
+		t.Fatalf("flushed %v, want [5 6]", got)
+	}
+	letGo()
+	closeWithin(t, b, "after the drop")
+}

@@ -2,6 +2,7 @@ package batch
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime/debug"
 	"slices"
@@ -53,7 +54,7 @@ func (b *Batcher[T]) startLocked() launch {
 }
 
 // dispatch starts the flusher that startLocked counted. If the pool
-// refuses it (it was stopped), the flusher runs here instead, so that no
+// refuses it because it stopped, the flusher runs here instead, so that no
 // batch is left behind.
 func (b *Batcher[T]) dispatch(l launch) {
 	if b.submitFlusher(l) {
@@ -71,9 +72,22 @@ func (b *Batcher[T]) dispatchAside(l launch) {
 }
 
 // submitFlusher submits l's flusher to the pool, and reports whether the
-// caller must run it instead: the pool gave up, or refused it.
+// caller must run it instead: the pool gave up, or stopped. One that the
+// full queue of a pool built WithNonBlocking refuses runs on a goroutine
+// of its own: an Add must not wait for flushes, other producers' included.
 func (b *Batcher[T]) submitFlusher(l launch) (runHere bool) {
-	return l == launchHere || l == launchOnPool && b.pool.Go(b.drainFn) != nil && b.unqueue()
+	if l != launchOnPool {
+		return l == launchHere
+	}
+	err := b.pool.Go(b.drainFn)
+	switch {
+	case err == nil || !b.unqueue():
+		return false
+	case errors.Is(err, crew.ErrQueueFull):
+		go b.drain(false)
+		return false
+	}
+	return true
 }
 
 // unqueue counts out of queued a flusher that the pool refused, and
@@ -154,12 +168,7 @@ func (b *Batcher[T]) drain(fromPool bool) {
 		b.queued--
 	}
 	for b.head < len(b.ready) {
-		s, o = b.ready[b.head], outcome{}
-		b.ready[b.head] = sealed[T]{}
-		b.head++
-		if b.head == len(b.ready) {
-			b.ready, b.head = b.ready[:0], 0
-		}
+		s, o = b.takeLocked(), outcome{}
 		b.inflight = append(b.inflight, s.seq)
 		next := b.startLocked()
 		if next == launchHere { // the pool gave up: this flusher goes on alone
@@ -182,6 +191,18 @@ func (b *Batcher[T]) drain(fromPool bool) {
 	returned = true
 }
 
+// takeLocked removes the oldest sealed batch from the queue, which must not
+// be empty, and returns it.
+func (b *Batcher[T]) takeLocked() sealed[T] {
+	s := b.ready[b.head]
+	b.ready[b.head] = sealed[T]{}
+	b.head++
+	if b.head == len(b.ready) {
+		b.ready, b.head = b.ready[:0], 0
+	}
+	return s
+}
+
 // drainedLocked closes drained, once Close has made it, when no flusher and
 // no hand-over is under way.
 func (b *Batcher[T]) drainedLocked() {
@@ -197,10 +218,6 @@ func (b *Batcher[T]) drainedLocked() {
 // deliver flushes items, retrying as the policy says, and hands them to
 // the error handler if the last attempt fails.
 func (b *Batcher[T]) deliver(items []T, o *outcome) {
-	if len(items) == 0 { // every item was dropped
-		o.handedOver = true
-		return
-	}
 	for {
 		o.attempts++
 		o.began = time.Now()
@@ -273,7 +290,7 @@ func (b *Batcher[T]) finishLocked(s sealed[T], o outcome) {
 			break
 		}
 	}
-	if len(b.free) < b.maxFree {
+	if len(b.free) < b.maxFree && cap(s.items) >= b.bufCap() { // not a copy (see sealLocked)
 		b.free = append(b.free, s.items[:0])
 	}
 	if b.space != nil && b.pending < b.maxPending {
@@ -349,24 +366,18 @@ func (b *Batcher[T]) abandon(left []sealed[T], err error) {
 		}
 	}()
 	for ; i < len(left); i++ {
-		if len(left[i].items) > 0 { // not emptied by DropOldest
-			handing = true
-			b.handOver(left[i].items, err)
-			handing = false
-		}
+		handing = true
+		b.handOver(left[i].items, err)
+		handing = false
 		b.finishAbandoned(left[i], err)
 	}
 }
 
 // finishAbandoned finishes a batch that abandon handed to the error
-// handler with err, or an empty one.
+// handler with err.
 func (b *Batcher[T]) finishAbandoned(s sealed[T], err error) {
-	var o outcome
-	if len(s.items) > 0 {
-		o.err = err
-	}
 	clear(s.items)
 	b.mu.Lock()
-	b.finishLocked(s, o)
+	b.finishLocked(s, outcome{err: err})
 	b.mu.Unlock()
 }

@@ -140,9 +140,10 @@ func WithMaxConcurrentFlushes(n int) Option {
 // instead of a pool of the Batcher's own. The Batcher never stops p. A
 // flusher goroutine takes batches one after the other; the first is
 // submitted with p.Go by the call that seals a batch (Add, Flush, Close or
-// the timer), which waits if p's queue is bounded and full, and runs the
-// flusher itself if p was stopped (Flush and Close run it on a goroutine
-// of its own, so that their ctx can still end their wait). Further
+// the timer), which waits if p's queue is bounded and full (WithNonBlocking:
+// the flusher then runs on a goroutine of its own), and runs the flusher
+// itself if p was stopped (Flush and Close run it on a goroutine of its
+// own, so that their ctx can still end their wait). Further
 // flushers, for a backlog, are submitted with p.TrySubmit and skipped if p
 // has no room. Should p's Shutdown drop a flusher queued on it, the
 // Batcher learns of it when the deadline passes and flushes the batches on
