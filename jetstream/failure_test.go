@@ -131,6 +131,37 @@ func TestNakWithBackoffUntilMaxDeliverThenDeadLetter(t *testing.T) {
 	}
 }
 
+// A dead-letter publish that fails on the last delivery MaxDeliver allows
+// terminates the message and reports the failure: handing it back, as on
+// an earlier delivery, would lose it without a word, as the server does
+// not redeliver it (bug 94).
+func TestDeadLetterFailingOnTheLastDeliveryTerminates(t *testing.T) {
+	checkLeaks(t)
+	ts := startServer(t)
+	_, js := ts.connect(t)
+	createStream(t, js, "JOBS", "jobs.>")
+	cons := createDurable(t, js, "JOBS", "workers", natsjs.ConsumerConfig{MaxDeliver: 1})
+	publish(t, js, "jobs.new", item{ID: 7, Body: "x"})
+	sink := &errSink{}
+	pool := crew.New(2)
+	defer pool.Stop()
+	c := NewConsumer(cons, pool, func(context.Context, Msg[item]) error { return errors.New("boom") },
+		opts(WithDeadLetter(js, "nowhere.dead"), WithErrorHandler(sink.handle))...) // no stream takes it
+	stop := runConsumer(t, c)
+	waitFor(t, 10*time.Second, "the message settled", func() bool { return c.Stats().Terminated == 1 })
+	if err := stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if st := c.Stats(); st.Nacked != 0 || st.DeadLettered != 0 {
+		t.Errorf("stats %+v, want the message terminated, not handed back nor dead-lettered", st)
+	}
+	sink.mu.Lock()
+	defer sink.mu.Unlock()
+	if len(sink.errs) != 2 || !strings.Contains(sink.errs[0].Error(), "last delivery") {
+		t.Errorf("error handler got %v, want the failed dead letter, then the MessageError", sink.errs)
+	}
+}
+
 func TestPanicIsDeadLetteredOnce(t *testing.T) {
 	checkLeaks(t)
 	ts := startServer(t)

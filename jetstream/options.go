@@ -212,8 +212,10 @@ func WithHeartbeat(d time.Duration) ConsumerOption {
 // listed with HeaderError. It is published with a message id made of the
 // stream name and sequence, so that dead-lettering the same message twice
 // stores it once. If the publish fails, the message is handed back for
-// redelivery instead of terminated. Without this option such messages are
-// only terminated.
+// redelivery instead of terminated, except on the last delivery MaxDeliver
+// allows, which the server would not redeliver: the message is then
+// terminated and the failure reported. Without this option such messages
+// are only terminated.
 func WithDeadLetter(js natsjs.JetStream, subject string) ConsumerOption {
 	return consumerOption(func(s *consumerSettings) {
 		if js == nil || subject == "" {

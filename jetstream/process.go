@@ -116,7 +116,9 @@ func (r *run[T]) ack(m natsjs.Msg) func() error {
 
 // giveUp dead-letters the message if so configured, terminates it and
 // reports it. If the dead-letter publish fails, the message is handed back
-// for redelivery instead.
+// for redelivery instead, unless this was the last delivery MaxDeliver
+// allows: the server would not redeliver it, so it is terminated and the
+// failure reported.
 func (r *run[T]) giveUp(d *delivery, meta *natsjs.MsgMetadata, cause error) {
 	me := &MessageError{
 		Stream:   meta.Stream,
@@ -126,13 +128,18 @@ func (r *run[T]) giveUp(d *delivery, meta *natsjs.MsgMetadata, cause error) {
 		Err:      cause,
 	}
 	if r.s.deadJS != nil {
-		if err := r.deadLetter(d.msg, me); err != nil {
+		err := r.deadLetter(d.msg, me)
+		switch {
+		case err == nil:
+			me.DeadLettered = true
+		case r.maxDeliver > 0 && me.Delivery >= r.maxDeliver:
+			r.report(fmt.Errorf("jetstream: dead-letter %s/%d to %s failed on its last delivery, terminating it without one: %w", me.Stream, me.Sequence, r.s.deadSubject, err))
+		default:
 			r.report(fmt.Errorf("jetstream: dead-letter %s/%d to %s, handing it back: %w", me.Stream, me.Sequence, r.s.deadSubject, err))
 			delay := r.s.backoff(me.Delivery)
 			r.settle(d, func() error { return d.msg.NakWithDelay(delay) }, &r.c.n.nacked)
 			return
 		}
-		me.DeadLettered = true
 	}
 	reason := cause.Error()
 	if len(reason) > 200 {
