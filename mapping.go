@@ -83,7 +83,8 @@ func MapSeq[T, R any](ctx context.Context, p *Pool, seq iter.Seq[T], fn func(con
 // cancelled (by an error or ctx) it stops pulling, and if that left a
 // value unprocessed the error says why (the first error, or the
 // cancellation's cause: ctx's, or ErrStopped). The results grow in
-// chunks and are copied once into the returned slice.
+// chunks and are copied once into the returned slice, which is nil if seq
+// yields nothing (MapErr returns an empty slice for empty items).
 func MapErrSeq[T, R any](ctx context.Context, p *Pool, seq iter.Seq[T], fn func(context.Context, T) (R, error), opts ...GroupOption) ([]R, error) {
 	if fn == nil {
 		return nil, ErrNilTask

@@ -86,7 +86,9 @@ func NewStream(ctx context.Context, p *Pool, opts ...GroupOption) *Stream {
 // ErrNilTask for a nil task, ErrGroupDone after Wait has returned,
 // ErrStopped once the pool has begun to stop, and the cause of the
 // stream's context once it is cancelled (the task would not run): in all
-// these cases task never runs.
+// these cases task never runs. As Group.Go does, it records a nil task
+// and a stopped pool as the stream's error: without WithAllErrors that
+// cancels the stream, and later calls of Go return that error.
 func (s *Stream) Go(task func(ctx context.Context) func()) error {
 	if s == nil || s.space == nil {
 		return errZeroGroup
