@@ -71,8 +71,9 @@ type sealed[T any] struct {
 // with a context that is canceled only when Close gives up waiting; it must
 // not keep the slice after it returns, because the slice is reused. A flush
 // that returns an error, or panics (the error is then a *crew.PanicError),
-// is retried and then handed to the error
-// handler (see WithRetry and WithErrorHandler).
+// is retried and then handed to the error handler (see WithRetry and
+// WithErrorHandler). flush must not call Flush or Close on its Batcher, nor
+// Add at the pending bound: they would wait for it to return, for ever.
 //
 // By default a batch is sealed at DefaultMaxItems items or after
 // DefaultMaxWait, batches are flushed one at a time on a crew pool of the

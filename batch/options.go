@@ -199,7 +199,8 @@ func WithRetry(attempts int, base, maxDelay time.Duration) Option {
 // WithErrorHandler sets the function that receives the items of a batch
 // whose last flush attempt failed, with that attempt's error, and each item
 // dropped by DropOldest, with ErrDropped. It is called from the goroutine
-// that flushed (or dropped), with a context that is never canceled, and
+// that flushed (or dropped; Close's, for the batches a Close that gives up
+// abandons), with a context that is never canceled, and
 // must not keep items after it returns: the slice is reused. A panic in it
 // is logged. It may add the items back for a later try with TryAdd, or
 // with Add and a deadline: at the pending bound, the room Add waits for
