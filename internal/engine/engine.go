@@ -108,7 +108,6 @@ type Engine[T any] struct {
 
 	workers     atomic.Int64 // exitBit | live workers
 	maxWorkers  atomic.Int64
-	resizeMu    sync.Mutex   // Resize: capacity must follow the last limit stored
 	minWorkers  int64        // kept when idle, as far as maxWorkers allows
 	searching   atomic.Int32 // workers looking for a task, or woken to look
 	maxSpinning int          // searchers beyond this park after one look
@@ -145,6 +144,10 @@ type Engine[T any] struct {
 	idleSig  notify.Cond // unfinished count reached zero
 	spaceSig notify.Cond // bounded: room for a task, or closed
 	exitSig  notify.Cond // the last worker exited
+
+	// resizeMu makes each Resize store the limit and the capacity
+	// together. It comes last so as not to move the hot fields above.
+	resizeMu sync.Mutex
 }
 
 // New returns a started engine. It spawns MinWorkers workers at once.
