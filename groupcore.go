@@ -212,9 +212,10 @@ type core[I any] struct {
 	closed     bool // Wait has returned
 	submitting bool // a goroutine runs submitOwed
 	result     error
-	err        error    // first error
-	errs       []seqErr // WithAllErrors
-	panicked   *PanicError
+	err        error         // first error
+	errs       []seqErr      // WithAllErrors
+	panicked   *PanicError   // the first panic
+	unseen     []*PanicError // panics Wait will not report (see record)
 	skipped    int
 }
 
@@ -528,12 +529,10 @@ func (c *core[I]) runItem(e entry[I]) (again bool) {
 // that now fit the limit. It reports what runItem does.
 func (c *core[I]) done(seq int, err error, skipped bool) bool {
 	c.mu.Lock()
-	var lost *PanicError
 	if skipped {
 		c.skipped++
 	} else if err != nil {
-		var cause error
-		if cause, lost = c.record(seq, err); cause != nil {
+		if cause := c.record(seq, err); cause != nil {
 			// Cancel before the slot is free: no queued task may start
 			// between the error and the cancellation. (Cancelling takes
 			// only the contexts' own locks and calls nothing of ours.)
@@ -545,24 +544,18 @@ func (c *core[I]) done(seq int, err error, skipped bool) bool {
 	n := c.needSteps()
 	c.signal()
 	c.mu.Unlock()
-	if lost != nil {
-		c.p.onPanic(lost)
-	}
 	return n > 0 && !c.submit(n, false)
 }
 
-// record notes a task's error under mu. It returns the cause with which to
-// cancel the group, or nil, and the error if it is a panic that Wait will
-// not report (it returns the first error, or re-panics with the first
-// panic), for the pool's panic handler: no panic goes unseen.
-func (c *core[I]) record(seq int, err error) (cause error, lost *PanicError) {
+// record notes a task's error under mu and returns the cause with which to
+// cancel the group, or nil. A panic that Wait will not report, as it
+// returns the first error or re-panics with the first panic, is kept in
+// unseen for the pool's panic handler (see finish).
+func (c *core[I]) record(seq int, err error) (cause error) {
 	pe, _ := err.(*PanicError)
 	first := pe != nil && c.panicked == nil
 	if first {
 		c.panicked = pe
-	}
-	if c.cfg.repanic && pe != nil && !first {
-		lost = pe
 	}
 	switch {
 	case c.cfg.all:
@@ -570,10 +563,20 @@ func (c *core[I]) record(seq int, err error) (cause error, lost *PanicError) {
 	case c.err == nil:
 		c.err = err
 		cause = err
-	case pe != nil && !c.cfg.repanic:
-		lost = pe
 	}
-	return cause, lost
+	var reported bool // by Wait
+	switch {
+	case c.cfg.repanic:
+		reported = first // Wait re-panics with the first panic
+	case c.cfg.all:
+		reported = true // Wait joins every error
+	default:
+		reported = cause != nil // Wait returns the first error
+	}
+	if pe != nil && !reported {
+		c.unseen = append(c.unseen, pe)
+	}
+	return cause
 }
 
 // fail records err as the error of a task that was not accepted.
@@ -587,20 +590,15 @@ func (c *core[I]) fail(err error) {
 // finished (a Stream callback's panic).
 func (c *core[I]) failAt(seq int, err error) {
 	c.mu.Lock()
-	lost := c.failLocked(seq, err)
+	c.failLocked(seq, err)
 	c.mu.Unlock()
-	if lost != nil {
-		c.p.onPanic(lost)
-	}
 }
 
-// failLocked records err as the error of task seq, under mu, and returns
-// it if it is a panic that Wait will not report (see record).
-func (c *core[I]) failLocked(seq int, err error) *PanicError {
+func (c *core[I]) failLocked(seq int, err error) {
 	if c.closed || c.ctx == nil {
-		return nil
+		return
 	}
-	cause, lost := c.record(seq, err)
+	cause := c.record(seq, err)
 	if c.cfg.all && err == ErrStopped {
 		cause = err // the group cannot go on: skip its queued tasks
 	}
@@ -608,7 +606,6 @@ func (c *core[I]) failLocked(seq int, err error) *PanicError {
 		c.cancel(cause)
 	}
 	c.signal()
-	return lost
 }
 
 // await returns when at most n tasks are unfinished, running queued tasks
@@ -654,7 +651,7 @@ func (c *core[I]) wait() error {
 	if c.ctx == nil {
 		return errZeroGroup
 	}
-	pe, res := c.finish()
+	pe, res := c.finish(false)
 	if pe != nil && c.cfg.repanic {
 		panic(pe)
 	}
@@ -662,8 +659,12 @@ func (c *core[I]) wait() error {
 }
 
 // finish is wait without the repanic: it waits for every task, closes the
-// group the first time, and returns the first panic and the outcome.
-func (c *core[I]) finish() (*PanicError, error) {
+// group the first time, and returns the first panic and the outcome. The
+// first time, it also passes the panics that Wait does not report to the
+// pool's panic handler, before it returns; discard says that the caller
+// drops the outcome (feed, as its sequence panics), whose panics then go
+// there too.
+func (c *core[I]) finish(discard bool) (*PanicError, error) {
 	for {
 		c.await(0)
 		c.mu.Lock()
@@ -673,8 +674,10 @@ func (c *core[I]) finish() (*PanicError, error) {
 		c.mu.Unlock() // a task came in since: wait for it too
 	}
 	first := !c.closed
+	var unseen []*PanicError
 	if first {
 		c.closed = true
+		unseen = c.unseenLocked(discard)
 		c.result = c.outcome()
 		c.q.release()
 	}
@@ -685,8 +688,33 @@ func (c *core[I]) finish() (*PanicError, error) {
 		if c.unlink != nil {
 			c.unlink()
 		}
+		for _, u := range unseen {
+			c.p.onPanic(u)
+		}
 	}
 	return pe, res
+}
+
+// unseenLocked returns the panics that nobody will see unless the pool's
+// panic handler gets them: those Wait does not report and, if the outcome
+// is discarded, every panic. Called under mu, before outcome.
+func (c *core[I]) unseenLocked(discard bool) []*PanicError {
+	switch {
+	case !discard:
+		return c.unseen
+	case !c.cfg.all:
+		if c.panicked != nil {
+			return append(c.unseen, c.panicked)
+		}
+		return c.unseen
+	}
+	var all []*PanicError
+	for _, e := range c.errs {
+		if pe, ok := e.err.(*PanicError); ok {
+			all = append(all, pe)
+		}
+	}
+	return all
 }
 
 // outcome is Wait's error, computed once under mu.

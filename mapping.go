@@ -140,7 +140,7 @@ func feed[T any](c *core[T], seq iter.Seq[T]) {
 	defer func() {
 		if !returned && !c.crashing.Load() {
 			c.cancel(context.Canceled)
-			c.finish()
+			c.finish(true)
 		}
 	}()
 	for v := range seq {

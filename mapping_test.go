@@ -262,6 +262,43 @@ func TestSeqIteratorFailureWaitsForTheCalls(t *testing.T) {
 	}
 }
 
+// When the iterator panics, the outcome of the calls is dropped with the
+// iterator's panic going on; a call's panic then goes to the pool's panic
+// handler rather than nowhere (found with bug 87).
+func TestSeqIteratorPanicPassesTheCallsPanicsToTheHandler(t *testing.T) {
+	leak.Check(t)
+	handled := make(chan any, 2)
+	p := crew.New(2, crew.WithPanicHandler(func(pe *crew.PanicError) { handled <- pe.Value }))
+	defer p.Stop()
+	callPanicked := make(chan struct{})
+	seq := func(yield func(int) bool) {
+		if !yield(0) {
+			return
+		}
+		<-callPanicked
+		panic("iterator broke")
+	}
+	var v any
+	within(t, groupDeadline, "ForEachSeq", func() {
+		defer func() { v = recover() }()
+		crew.ForEachSeq(context.Background(), p, seq, func(context.Context, int) error {
+			defer close(callPanicked)
+			panic("call broke")
+		})
+	})
+	if v != "iterator broke" {
+		t.Fatalf("ForEachSeq panicked with %v, want the iterator's panic", v)
+	}
+	select {
+	case got := <-handled:
+		if got != "call broke" {
+			t.Fatalf("the panic handler got %v, want the call's panic", got)
+		}
+	default:
+		t.Fatal("the call's panic reached neither the caller nor the panic handler")
+	}
+}
+
 // With WithCrashOnPanic, a call that ForEachSeq's caller runs itself (the
 // only worker is busy) and that panics crashes the program: the cleanup for
 // a failing iterator must not wait for it.

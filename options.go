@@ -103,9 +103,10 @@ func WithMinWorkers(n int) Option {
 // WithPanicHandler sets the function that receives panics recovered from
 // tasks started with Go, TrySubmit and SubmitCtx, and those of group tasks
 // that their group's Wait does not report (see Group.Wait). (A panic in a
-// Submit task completes its Task instead.) The handler runs on the worker that recovered
-// the panic, before that worker takes another task. The default handler logs
-// the panic and its stack with package log.
+// Submit task completes its Task instead.) The handler runs on the worker
+// that recovered the panic, before that worker takes another task; a
+// group's, on the goroutine of the Wait that ends the group. The default
+// handler logs the panic and its stack with package log.
 func WithPanicHandler(h func(*PanicError)) Option {
 	return func(c *config) {
 		if h == nil {

@@ -30,10 +30,12 @@ import (
 //
 // Failures: a panic in a task or a callback is recovered as a *PanicError,
 // cancels the stream (unless WithAllErrors) and comes back from Wait (or is
-// re-panicked there WithRepanic). Callbacks run up to the first task that
-// produced none, because it panicked or was skipped after the stream was
-// cancelled, or up to a callback that panicked; no later callback runs,
-// even WithAllErrors, so consumers never see a gap in the order. Tasks report their own errors through their callbacks.
+// re-panicked there WithRepanic; one that Wait does not report goes to the
+// pool's panic handler, see Group.Wait). Callbacks run up to the first task
+// that produced none, because it panicked or was skipped after the stream
+// was cancelled, or up to a callback that panicked; no later callback runs,
+// even WithAllErrors, so consumers never see a gap in the order. Tasks
+// report their own errors through their callbacks.
 //
 // A Stream must be made with NewStream and is safe for concurrent use;
 // like a Group's, a zero or nil Stream's methods return an error.
