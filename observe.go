@@ -211,8 +211,8 @@ func (o *observer) run(fn func(), t *Task, enq int64) {
 	var err error
 	if t != nil {
 		err = t.err
-		if pe, ok := err.(*PanicError); ok {
-			o.panicked(pe, wait, runTime)
+		if t.panicked { // not a *PanicError that the task returned
+			o.panicked(err.(*PanicError), wait, runTime)
 		}
 	}
 	o.finished(wait, runTime, err)

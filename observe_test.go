@@ -165,6 +165,32 @@ func TestHooksReportErrorsPanicsAndGoexit(t *testing.T) {
 	}
 }
 
+// A Submit task or a Future that returns a *PanicError it did not recover
+// itself (a child's, from Wait) does not fire the Panic hook: only the
+// task that panicked does (bug 95: the hook went by the error's type, and
+// fired twice for one panic while Stats().Panicked said 1).
+func TestHooksPanicOnlyForATaskThatPanicked(t *testing.T) {
+	leak.Check(t)
+	var panics atomic.Int64
+	p := crew.New(2, crew.WithHooks(crew.Hooks{Panic: func(crew.TaskEvent) { panics.Add(1) }}))
+	defer p.Stop()
+	child := p.Submit(func(context.Context) error { panic("child") })
+	parent := p.Submit(func(context.Context) error { return child.Wait() })
+	var pe *crew.PanicError
+	if err := parent.Wait(); !errors.As(err, &pe) {
+		t.Fatalf("parent.Wait = %v, want the child's panic", err)
+	}
+	fut := crew.Do(p, func(context.Context) (int, error) { panic("future") })
+	outer := crew.Do(p, func(context.Context) (int, error) { return fut.Wait() })
+	if _, err := outer.Wait(); !errors.As(err, &pe) {
+		t.Fatalf("outer.Wait = %v, want the future's panic", err)
+	}
+	p.Wait()
+	if n, s := panics.Load(), p.Stats(); n != 2 || s.Panicked != 2 {
+		t.Fatalf("two tasks panicked; the Panic hook was called %d times, Stats().Panicked = %d", n, s.Panicked)
+	}
+}
+
 func TestHooksReportDrops(t *testing.T) {
 	leak.Check(t)
 	var mu sync.Mutex

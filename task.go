@@ -18,6 +18,7 @@ type Task struct {
 
 	prev, next *Task // in p.queued until the task starts, guarded by p.mu
 	listed     bool
+	panicked   bool // run recovered a panic: err is its *PanicError, not one fn returned
 }
 
 // Wait blocks until the task has finished and returns its error: the
@@ -84,6 +85,7 @@ func (t *Task) run() {
 		}
 		if v != nil {
 			p.panicked.Add(1)
+			t.panicked = true
 			t.finish(&PanicError{Value: v, Stack: debug.Stack()})
 			return
 		}
