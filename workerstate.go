@@ -87,19 +87,14 @@ func NewWorkerPool[S, T any](maxWorkers int, newState func(ctx context.Context) 
 
 // stateWorker is one worker's state. Only its worker touches it.
 type stateWorker[S, T any] struct {
-	p     *WorkerPool[S, T]
-	s     S
-	made  bool // s was made and is not closed
-	inUse bool // a call with s is under way; still set at the next call if it panicked
+	p    *WorkerPool[S, T]
+	s    S
+	made bool // s was made and is not closed
 }
 
 func (w *stateWorker[S, T]) run(v T) {
 	p := w.p
 	c := &p.c
-	if w.inUse { // the last call panicked with the state
-		w.inUse = false
-		w.close()
-	}
 	if !w.made {
 		s, err := p.newState(c.ctx)
 		if err != nil {
@@ -108,14 +103,19 @@ func (w *stateWorker[S, T]) run(v T) {
 		}
 		w.s, w.made = s, true
 	}
-	w.inUse = true
-	err := p.fn(c.ctx, w.s, v)
-	w.inUse = false
-	if err != nil {
-		if errors.Is(err, ErrDiscardState) {
-			w.close()
+	returned := false
+	defer func() {
+		if !returned { // a panic or runtime.Goexit may have left s half-updated
+			w.closeRecovered()
 		}
-		c.fail(err)
+	}()
+	err := p.fn(c.ctx, w.s, v)
+	returned = true
+	if err != nil {
+		c.fail(err) // first: a closeState that panics must not lose err
+		if errors.Is(err, ErrDiscardState) {
+			w.closeRecovered()
+		}
 	}
 }
 
@@ -131,17 +131,23 @@ func (w *stateWorker[S, T]) close() {
 	}
 }
 
-// retire closes the state when the worker exits. It runs outside the
-// worker's loop, so it recovers a panic of closeState itself, following
-// the pool's policy.
+// retire closes the state when the worker exits.
 func (w *stateWorker[S, T]) retire() {
 	p := w.p
-	c := &p.c
 	defer func() {
 		if p.live.Add(-1) == 0 {
 			p.retired.Broadcast()
 		}
 	}()
+	w.closeRecovered()
+}
+
+// closeRecovered closes the state, recovering a panic of closeState itself
+// and passing it to the pool's panic handler (unless the pool crashes on
+// panics): it runs outside the worker's loop as the worker retires, and as
+// a call of the function unwinds, whose own panic must go on.
+func (w *stateWorker[S, T]) closeRecovered() {
+	c := &w.p.c
 	if c.crash {
 		w.close()
 		return

@@ -214,6 +214,50 @@ func TestWorkerPoolGoexitAndPanickingCloser(t *testing.T) {
 	}
 }
 
+// A state is closed as soon as the call that panicked with it ends, not
+// when its worker takes the next value; a closer that panics then loses
+// neither that next value nor an ErrDiscardState error (bug 96: the close
+// waited for the next value, ran inside its call, and a panicking closer
+// consumed the value; with ErrDiscardState it ran before the error was
+// reported, and a panic lost the error).
+func TestWorkerPoolClosesAStateAsItsCallPanics(t *testing.T) {
+	leak.Check(t)
+	var made, closed, ran, panics atomic.Int64
+	var errs []error // one worker: the handler is called by one goroutine at a time
+	p := crew.NewWorkerPool(1,
+		func(context.Context) (int64, error) { return made.Add(1), nil },
+		func(int64) { closed.Add(1); panic("close failed") },
+		func(_ context.Context, _ int64, v string) error {
+			ran.Add(1)
+			switch v {
+			case "panic":
+				panic("half-updated")
+			case "reset":
+				return fmt.Errorf("reset: %w", crew.ErrDiscardState)
+			}
+			return nil
+		},
+		crew.WithMinWorkers(1), quietPanics(&panics),
+		crew.WithErrorHandler(func(err error) { errs = append(errs, err) }),
+	)
+	p.Invoke("panic")
+	p.Wait()
+	if made.Load() != 1 || closed.Load() != 1 {
+		t.Fatalf("after the call that panicked: %d states made, %d closed", made.Load(), closed.Load())
+	}
+	for _, v := range []string{"next", "reset"} {
+		p.Invoke(v)
+		p.Wait()
+	}
+	within(t, schedDeadline, "WorkerPool.Stop", p.Stop)
+	if ran.Load() != 3 || len(errs) != 1 || !errors.Is(errs[0], crew.ErrDiscardState) {
+		t.Fatalf("the function ran %d times for 3 values; errors %v", ran.Load(), errs)
+	}
+	if made.Load() != 2 || closed.Load() != 2 || panics.Load() != 3 {
+		t.Fatalf("%d made, %d closed, %d panics; want 2, 2, 3 (the call's and both closers')", made.Load(), closed.Load(), panics.Load())
+	}
+}
+
 // Shutdown closes every state, also when its deadline drops values.
 func TestWorkerPoolShutdownClosesStates(t *testing.T) {
 	leak.Check(t)
