@@ -3,6 +3,7 @@ package crew_test
 import (
 	"bytes"
 	"compress/gzip"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -194,6 +195,64 @@ func TestNamedPoolLabelsGoroutineProfile(t *testing.T) {
 	close(release)
 	if want := `"crew.pool":"parked-workers"`; !strings.Contains(buf.String(), want) {
 		t.Fatalf("goroutine profile has no %s:\n%s", want, buf.String())
+	}
+}
+
+// workerLabels returns the goroutine profile's record of the goroutine
+// blocked in blockedWorker.
+func workerLabels(t *testing.T, p *crew.Pool) string {
+	t.Helper()
+	release, started := make(chan struct{}), make(chan struct{})
+	p.Go(func() { close(started); blockedWorker(release) })
+	<-started
+	var buf bytes.Buffer
+	pprof.Lookup("goroutine").WriteTo(&buf, 1)
+	close(release)
+	for _, rec := range strings.Split(buf.String(), "\n\n") {
+		if strings.Contains(rec, "blockedWorker") {
+			return rec
+		}
+	}
+	t.Fatal("the worker is not in the goroutine profile")
+	return ""
+}
+
+//go:noinline
+func blockedWorker(release chan struct{}) { <-release }
+
+// A named pool's worker keeps its label after a task that calls pprof.Do
+// with the context it received (bug 97: pprof.Do restored that context's
+// labels, none, and the worker ran without the label for the rest of its
+// life).
+func TestNamedPoolLabelSurvivesPprofDoInATask(t *testing.T) {
+	leak.Check(t)
+	p := crew.New(1, crew.WithName("relabelled"), crew.WithMinWorkers(1))
+	defer p.Stop()
+	if err := p.Submit(func(ctx context.Context) error {
+		pprof.Do(ctx, pprof.Labels("request", "a"), func(context.Context) {})
+		return nil
+	}).Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if rec := workerLabels(t, p); !strings.Contains(rec, `"crew.pool":"relabelled"`) {
+		t.Fatalf("the worker lost its label:\n%s", rec)
+	}
+}
+
+// A worker does not keep the profile labels of the producer that started
+// it: it runs everybody's tasks (bug 98: an unnamed pool's worker started
+// inside pprof.Do carried that request's label for life).
+func TestWorkerDoesNotInheritItsStartersLabels(t *testing.T) {
+	leak.Check(t)
+	p := crew.New(1)
+	defer p.Stop()
+	done := make(chan struct{})
+	pprof.Do(context.Background(), pprof.Labels("request", "first"), func(context.Context) {
+		p.Go(func() { close(done) }) // starts the worker
+	})
+	<-done
+	if rec := workerLabels(t, p); strings.Contains(rec, `"request":"first"`) {
+		t.Fatalf("a later task runs under the first producer's labels:\n%s", rec)
 	}
 }
 

@@ -139,10 +139,13 @@ func WithContext(parent context.Context) Option {
 // WithName names the pool. The name labels its workers in CPU and
 // goroutine profiles (the pprof label "crew.pool"), names the runtime/trace
 // region each task runs in while an execution trace is being recorded, and
-// labels its log records and exported metrics. The labels cost nothing per
-// task (each worker sets them once, when it starts); the trace region costs
-// one check per task while no trace is recorded (under a nanosecond). An
-// empty name is the same as none.
+// labels its log records and exported metrics. The pool's context (see
+// Pool.Context) carries the label too: a task that calls pprof.Do should
+// derive its context from that one, as pprof.Do restores the labels of the
+// context it is given. The labels cost nothing per task (each worker sets
+// them once, when it starts); the trace region costs one check per task
+// while no trace is recorded (under a nanosecond). An empty name is the
+// same as none.
 func WithName(name string) Option {
 	return func(c *config) { c.name = name }
 }

@@ -1,8 +1,10 @@
 package engine
 
 import (
+	"context"
 	"runtime"
 	"runtime/debug"
+	"runtime/pprof"
 	"sync"
 	"sync/atomic"
 )
@@ -146,8 +148,12 @@ func (w *worker[T]) flush(idle bool) {
 }
 
 // runWorker is a new worker's goroutine. It runs the worker's Run below
-// the frames that spell the engine's number (see InWorker).
+// the frames that spell the engine's number (see InWorker). It clears the
+// profile labels that the goroutine inherits from whichever goroutine
+// started it (a producer, often, inside pprof.Do): the worker runs
+// everybody's tasks, and a profile would charge them all to that producer.
 func (e *Engine[T]) runWorker() {
+	pprof.SetGoroutineLabels(context.Background())
 	w := e.enlist()
 	w.sem.Lock() // no go-ahead yet
 	RunAs(e.id, w)
