@@ -192,10 +192,12 @@ func (o *observer) run(fn func(), t *Task, enq int64) {
 				// before the Panic hook runs, which may panic too.
 				t.abort(pe)
 			}
-			o.panicked(pe, wait, runTime)
 			if t == nil {
-				o.p.onPanic(pe)
+				// Deferred, so that a Panic hook that panics (which Hooks
+				// forbids) does not swallow the task's panic.
+				defer o.p.onPanic(pe)
 			}
+			o.panicked(pe, wait, runTime)
 		case t != nil:
 			if !t.finished.Load() {
 				t.abort(ErrGoexit) // TaskStart called runtime.Goexit: t.run never began (bug 50)

@@ -687,6 +687,26 @@ func TestHooksPanickingPanicHookStillEndsTheTask(t *testing.T) {
 	}
 }
 
+// A Go task's panic reaches the panic handler even if the Panic hook
+// panics too, which Hooks forbids (bug 99: the hook's panic skipped the
+// handler call, which then got only the hook's panic).
+func TestHooksPanickingPanicHookDoesNotSwallowTheTasksPanic(t *testing.T) {
+	leak.Check(t)
+	handled := make(chan any, 2)
+	p := crew.New(1, crew.WithPanicHandler(func(pe *crew.PanicError) { handled <- pe.Value }),
+		crew.WithHooks(crew.Hooks{Panic: func(crew.TaskEvent) { panic("panic hook") }}))
+	p.Go(func() { panic("task") })
+	within(t, schedDeadline, "Pool.Stop", p.Stop)
+	close(handled)
+	var got []any
+	for v := range handled {
+		got = append(got, v)
+	}
+	if len(got) != 2 || got[0] != "task" || got[1] != "panic hook" {
+		t.Fatalf("the panic handler got %v, want the task's panic, then the hook's", got)
+	}
+}
+
 // runtime.Goexit in TaskStart (t.FailNow in a test's hook) ends a Submit
 // task with ErrGoexit, as a Goexit in the task would. (Until bug 50 was
 // fixed, the task's Wait hung.)
