@@ -239,6 +239,18 @@ func TestNamedPoolLabelSurvivesPprofDoInATask(t *testing.T) {
 	}
 }
 
+// A named pool's workers carry its label alone, not the labels of the
+// context given WithContext (found by a review of bug 97's fix).
+func TestNamedPoolWorkersDoNotCarryTheParentsLabels(t *testing.T) {
+	leak.Check(t)
+	parent := pprof.WithLabels(context.Background(), pprof.Labels("request", "first"))
+	p := crew.New(1, crew.WithName("named"), crew.WithContext(parent), crew.WithMinWorkers(1))
+	defer p.Stop()
+	if rec := workerLabels(t, p); strings.Contains(rec, `"request":"first"`) || !strings.Contains(rec, `"crew.pool":"named"`) {
+		t.Fatalf("want the pool's label alone:\n%s", rec)
+	}
+}
+
 // A worker does not keep the profile labels of the producer that started
 // it: it runs everybody's tasks (bug 98: an unnamed pool's worker started
 // inside pprof.Do carried that request's label for life).

@@ -57,11 +57,12 @@ func (p *Pool) setupObservability(c *config, cfg *engine.Config[func()]) {
 	if c.name != "" || c.hooks.WorkerStart != nil || c.hooks.WorkerRetire != nil {
 		w := &workerObs{pool: c.name, start: c.hooks.WorkerStart, retire: c.hooks.WorkerRetire, run: run}
 		if c.name != "" {
+			labels := pprof.Labels(ProfileLabel, c.name)
+			w.labels = pprof.WithLabels(context.Background(), labels)
 			// The pool's context carries the label too, so that a task
 			// that calls pprof.Do with the context it received (or
 			// Context's) gets the label back when pprof.Do returns.
-			p.ctx = pprof.WithLabels(p.ctx, pprof.Labels(ProfileLabel, c.name))
-			w.labels = p.ctx
+			p.ctx = pprof.WithLabels(p.ctx, labels)
 			w.run = w.runTraced
 		}
 		cfg.NewRunner = w.newRunner

@@ -64,10 +64,12 @@ type WorkerPool[S, T any] struct {
 
 // NewWorkerPool returns a pool that runs fn on each value given to Invoke,
 // at most maxWorkers at a time, each worker with a state of its own made
-// by newState and closed by closeState (which may be nil). It accepts the
-// same options as NewFunc. It panics with an error wrapping ErrInvalid if
-// maxWorkers is less than 1, newState or fn is nil, or an option is
-// invalid.
+// by newState and closed by closeState (which may be nil). A panic in
+// closeState goes to the pool's panic handler; closeState must not call
+// runtime.Goexit, as it may run while a panic of fn unwinds, which would
+// end with it. NewWorkerPool accepts the same options as NewFunc. It
+// panics with an error wrapping ErrInvalid if maxWorkers is less than 1,
+// newState or fn is nil, or an option is invalid.
 func NewWorkerPool[S, T any](maxWorkers int, newState func(ctx context.Context) (S, error), closeState func(S), fn func(ctx context.Context, state S, v T) error, opts ...FuncOption) *WorkerPool[S, T] {
 	if newState == nil || fn == nil {
 		panic(fmt.Errorf("%w: NewWorkerPool: nil constructor or function", ErrInvalid))
@@ -112,10 +114,12 @@ func (w *stateWorker[S, T]) run(v T) {
 	err := p.fn(c.ctx, w.s, v)
 	returned = true
 	if err != nil {
-		c.fail(err) // first: a closeState that panics must not lose err
 		if errors.Is(err, ErrDiscardState) {
-			w.closeRecovered()
+			// After the error is reported (a closeState that panics must
+			// not lose it), even if the error handler panics.
+			defer w.closeRecovered()
 		}
+		c.fail(err)
 	}
 }
 

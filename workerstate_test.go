@@ -258,6 +258,36 @@ func TestWorkerPoolClosesAStateAsItsCallPanics(t *testing.T) {
 	}
 }
 
+// A state discarded with ErrDiscardState is closed even if the error
+// handler panics (found by a review of bug 96's fix, which closed it only
+// after the handler returned, and left it in use otherwise).
+func TestWorkerPoolDiscardsAStateWhenTheErrorHandlerPanics(t *testing.T) {
+	leak.Check(t)
+	var made, closed, panics atomic.Int64
+	var seen []int64 // one worker
+	p := crew.NewWorkerPool(1,
+		func(context.Context) (int64, error) { return made.Add(1), nil },
+		func(int64) { closed.Add(1) },
+		func(_ context.Context, s int64, v string) error {
+			seen = append(seen, s)
+			if v == "reset" {
+				return fmt.Errorf("reset: %w", crew.ErrDiscardState)
+			}
+			return nil
+		},
+		crew.WithMinWorkers(1), quietPanics(&panics),
+		crew.WithErrorHandler(func(err error) { panic(err) }),
+	)
+	for _, v := range []string{"reset", "next"} {
+		p.Invoke(v)
+		p.Wait()
+	}
+	within(t, schedDeadline, "WorkerPool.Stop", p.Stop)
+	if fmt.Sprint(seen) != "[1 2]" || made.Load() != 2 || closed.Load() != 2 || panics.Load() != 1 {
+		t.Fatalf("states seen %v, want [1 2]; %d made, %d closed, %d panics", seen, made.Load(), closed.Load(), panics.Load())
+	}
+}
+
 // Shutdown closes every state, also when its deadline drops values.
 func TestWorkerPoolShutdownClosesStates(t *testing.T) {
 	leak.Check(t)
