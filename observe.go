@@ -195,8 +195,9 @@ func (o *observer) run(fn func(), t *Task, enq int64) {
 			}
 			if t == nil {
 				// Deferred, so that a Panic hook that panics (which Hooks
-				// forbids) does not swallow the task's panic.
-				defer o.p.onPanic(pe)
+				// forbids) does not swallow the task's panic; wrapped, so
+				// that a recover in the handler cannot stop that panic.
+				defer func() { o.p.onPanic(pe) }()
 			}
 			o.panicked(pe, wait, runTime)
 		case t != nil:
