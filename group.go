@@ -100,7 +100,8 @@ func (g *Group) Go(task func(ctx context.Context) error) error {
 // panic's stack; WithRepanic makes Wait panic with it instead, after every
 // task has finished. A panic that Wait does not report, as it reports an
 // earlier error (WithRepanic: an earlier panic), Wait passes to the pool's
-// panic handler (see WithPanicHandler) before it returns: no panic goes
+// panic handler (see WithPanicHandler) before it returns (when several
+// goroutines wait, the Wait that ends the group does): no panic goes
 // unseen.
 // If tasks were skipped because the group's context was cancelled and no
 // task failed, Wait returns the context's cause.

@@ -323,6 +323,33 @@ func TestGroupPanicThatWaitDoesNotReportReachesThePanicHandler(t *testing.T) {
 	}
 }
 
+// Every panic that Wait does not report reaches the panic handler even if
+// the handler panics, and WithRepanic Wait still re-panics with the first
+// panic (found by a review of bug 87's fix: the first handler panic
+// skipped the rest, and escaped Wait in place of the re-panic).
+func TestGroupPanicHandlerThatPanicsGetsEveryUnreportedPanic(t *testing.T) {
+	leak.Check(t)
+	var calls atomic.Int64
+	p := crew.New(4, crew.WithPanicHandler(func(*crew.PanicError) { calls.Add(1); panic("handler broke") }))
+	defer p.Stop()
+	g := p.Group(context.Background(), crew.WithRepanic())
+	var ready sync.WaitGroup
+	ready.Add(2)
+	for range 2 {
+		g.Go(func(ctx context.Context) error { ready.Done(); <-ctx.Done(); panic("later") })
+	}
+	ready.Wait()
+	g.Go(func(context.Context) error { panic("first") })
+	var v any
+	within(t, groupDeadline, "Wait", func() {
+		defer func() { v = recover() }()
+		g.Wait()
+	})
+	if pe, ok := v.(*crew.PanicError); !ok || pe.Value != "first" || calls.Load() != 2 {
+		t.Fatalf("Wait panicked with %v after %d handler calls; want the first panic after 2", v, calls.Load())
+	}
+}
+
 func TestGroupGoexit(t *testing.T) {
 	leak.Check(t)
 	p := crew.New(2)

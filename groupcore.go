@@ -651,20 +651,21 @@ func (c *core[I]) wait() error {
 	if c.ctx == nil {
 		return errZeroGroup
 	}
-	pe, res := c.finish(false)
+	pe, res, unseen := c.finish(false)
 	if pe != nil && c.cfg.repanic {
-		panic(pe)
+		defer panic(pe) // even if the panic handler panics
 	}
+	c.handOver(unseen)
 	return res
 }
 
 // finish is wait without the repanic: it waits for every task, closes the
-// group the first time, and returns the first panic and the outcome. The
-// first time, it also passes the panics that Wait does not report to the
-// pool's panic handler, before it returns; discard says that the caller
-// drops the outcome (feed, as its sequence panics), whose panics then go
-// there too.
-func (c *core[I]) finish(discard bool) (*PanicError, error) {
+// group the first time, and returns the first panic, the outcome and, the
+// first time, the panics that Wait does not report, for the caller to
+// hand to the pool's panic handler before it returns. discard says that
+// the caller drops the outcome (feed, as its sequence panics), whose
+// panics are then unseen too.
+func (c *core[I]) finish(discard bool) (pe *PanicError, res error, unseen []*PanicError) {
 	for {
 		c.await(0)
 		c.mu.Lock()
@@ -674,25 +675,21 @@ func (c *core[I]) finish(discard bool) (*PanicError, error) {
 		c.mu.Unlock() // a task came in since: wait for it too
 	}
 	first := !c.closed
-	var unseen []*PanicError
 	if first {
 		c.closed = true
 		unseen = c.unseenLocked(discard)
 		c.result = c.outcome()
 		c.q.release()
 	}
-	res, pe := c.result, c.panicked
+	res, pe = c.result, c.panicked
 	c.mu.Unlock()
 	if first {
 		c.cancel(res)
 		if c.unlink != nil {
 			c.unlink()
 		}
-		for _, u := range unseen {
-			c.p.onPanic(u)
-		}
 	}
-	return pe, res
+	return pe, res, unseen
 }
 
 // unseenLocked returns the panics that nobody will see unless the pool's
@@ -702,19 +699,37 @@ func (c *core[I]) unseenLocked(discard bool) []*PanicError {
 	switch {
 	case !discard:
 		return c.unseen
-	case !c.cfg.all:
-		if c.panicked != nil {
-			return append(c.unseen, c.panicked)
+	case c.cfg.all:
+		var all []*PanicError
+		for _, e := range c.errs {
+			if pe, ok := e.err.(*PanicError); ok {
+				all = append(all, pe)
+			}
 		}
+		return all
+	}
+	reported := c.panicked // WithRepanic, Wait re-panics with it
+	if !c.cfg.repanic {
+		reported, _ = c.err.(*PanicError) // else it returns the first error
+	}
+	if reported == nil {
 		return c.unseen
 	}
-	var all []*PanicError
-	for _, e := range c.errs {
-		if pe, ok := e.err.(*PanicError); ok {
-			all = append(all, pe)
+	return append(c.unseen, reported)
+}
+
+// handOver passes pes to the pool's panic handler, every one of them even
+// if the handler panics or calls runtime.Goexit.
+func (c *core[I]) handOver(pes []*PanicError) {
+	i := 0
+	defer func() {
+		if i < len(pes) { // the handler did not return
+			c.handOver(pes[i+1:])
 		}
+	}()
+	for ; i < len(pes); i++ {
+		c.p.onPanic(pes[i])
 	}
-	return all
 }
 
 // outcome is Wait's error, computed once under mu.

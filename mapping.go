@@ -140,7 +140,8 @@ func feed[T any](c *core[T], seq iter.Seq[T]) {
 	defer func() {
 		if !returned && !c.crashing.Load() {
 			c.cancel(context.Canceled)
-			c.finish(true)
+			_, _, unseen := c.finish(true)
+			c.handOver(unseen)
 		}
 	}()
 	for v := range seq {

@@ -299,6 +299,42 @@ func TestSeqIteratorPanicPassesTheCallsPanicsToTheHandler(t *testing.T) {
 	}
 }
 
+// A call's panic that comes after another call's error reaches the handler
+// once when the iterator then panics (found by a review of bug 87's fix:
+// twice, once as unreported and once as the discarded outcome's).
+func TestSeqIteratorPanicHandsEachPanicOnce(t *testing.T) {
+	leak.Check(t)
+	handled := make(chan any, 4)
+	p := crew.New(4, crew.WithPanicHandler(func(pe *crew.PanicError) { handled <- pe.Value }))
+	defer p.Stop()
+	started := make(chan struct{})
+	seq := func(yield func(int) bool) {
+		if yield(0) && yield(1) {
+			panic("iterator broke")
+		}
+	}
+	within(t, groupDeadline, "ForEachSeq", func() {
+		defer func() { recover() }()
+		crew.ForEachSeq(context.Background(), p, seq, func(ctx context.Context, i int) error {
+			if i == 0 {
+				<-started
+				return errors.New("first error")
+			}
+			close(started)
+			<-ctx.Done()
+			panic("call broke")
+		}, crew.WithLimit(2))
+	})
+	close(handled)
+	var got []any
+	for v := range handled {
+		got = append(got, v)
+	}
+	if len(got) != 1 || got[0] != "call broke" {
+		t.Fatalf("the panic handler got %v, want the call's panic once", got)
+	}
+}
+
 // With WithCrashOnPanic, a call that ForEachSeq's caller runs itself (the
 // only worker is busy) and that panics crashes the program: the cleanup for
 // a failing iterator must not wait for it.
