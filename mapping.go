@@ -85,6 +85,10 @@ func MapSeq[T, R any](ctx context.Context, p *Pool, seq iter.Seq[T], fn func(con
 // cancellation's cause: ctx's, or ErrStopped). The results grow in
 // chunks and are copied once into the returned slice, which is nil if seq
 // yields nothing (MapErr returns an empty slice for empty items).
+//
+// If seq panics or calls runtime.Goexit, MapErrSeq waits for the calls
+// already started, passes their panics to the pool's panic handler (there
+// is no result to report them in), and lets seq's panic or Goexit go on.
 func MapErrSeq[T, R any](ctx context.Context, p *Pool, seq iter.Seq[T], fn func(context.Context, T) (R, error), opts ...GroupOption) ([]R, error) {
 	if fn == nil {
 		return nil, ErrNilTask
@@ -105,8 +109,9 @@ func MapErrSeq[T, R any](ctx context.Context, p *Pool, seq iter.Seq[T], fn func(
 
 // ForEachSeq calls fn for every value seq yields, concurrently on p, and
 // returns when every call has returned. It pulls values as MapErrSeq does,
-// so it processes an iterator of any length in bounded memory, and has
-// MapErr's error policy and options.
+// so it processes an iterator of any length in bounded memory, deals with
+// a seq that panics as MapErrSeq does, and has MapErr's error policy and
+// options.
 func ForEachSeq[T any](ctx context.Context, p *Pool, seq iter.Seq[T], fn func(context.Context, T) error, opts ...GroupOption) error {
 	if fn == nil {
 		return ErrNilTask
@@ -125,8 +130,9 @@ func ForEachSeq[T any](ctx context.Context, p *Pool, seq iter.Seq[T], fn func(co
 // seq panic or call runtime.Goexit, feed cancels the group and waits for
 // the calls already started before the unwind goes on, so that none runs
 // after its caller has returned; that panic, not one of the calls', goes
-// on. (A call that feed ran itself and that crashes the program is not
-// waited for: it never finishes.)
+// on, and the calls' panics go to the pool's panic handler. (A call that
+// feed ran itself and that crashes the program is not waited for: it
+// never finishes.)
 func feed[T any](c *core[T], seq iter.Seq[T]) {
 	if seq == nil {
 		c.fail(ErrNilTask)

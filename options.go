@@ -105,8 +105,11 @@ func WithMinWorkers(n int) Option {
 // that their group's Wait does not report (see Group.Wait). (A panic in a
 // Submit task completes its Task instead.) The handler runs on the worker
 // that recovered the panic, before that worker takes another task; a
-// group's, on the goroutine of the Wait that ends the group. The default
-// handler logs the panic and its stack with package log.
+// group's, on the goroutine of the Wait that ends the group (or of a
+// ForEachSeq or MapErrSeq whose iterator panics). It must return normally:
+// a panic or runtime.Goexit in it may take the place of the panic being
+// reported. The default handler logs the panic and its stack with package
+// log.
 func WithPanicHandler(h func(*PanicError)) Option {
 	return func(c *config) {
 		if h == nil {
