@@ -145,8 +145,8 @@ type Engine[T any] struct {
 	spaceSig notify.Cond // bounded: room for a task, or closed
 	exitSig  notify.Cond // the last worker exited
 
-	// resizeMu makes each Resize store the limit and the capacity
-	// together. It comes last so as not to move the hot fields above.
+	// resizeMu serializes Resize calls. It comes last so as not to move
+	// the hot fields above.
 	resizeMu sync.Mutex
 }
 
@@ -640,13 +640,11 @@ func (e *Engine[T]) Exit() {
 // current task; when n grows, workers start for queued tasks at once, one
 // per task that no searching worker will take, and up to the minimum.
 func (e *Engine[T]) Resize(n int) {
-	e.resizeMu.Lock()
+	e.resizeMu.Lock() // one at a time: the capacity follows the limit stored
+	defer e.resizeMu.Unlock()
 	old := e.maxWorkers.Swap(int64(n))
 	if e.bounded {
 		e.capacity.Store(capacity(int64(n), e.queue))
-	}
-	e.resizeMu.Unlock()
-	if e.bounded {
 		e.spaceSig.Broadcast()
 	}
 	// A woken or new worker counts as searching at once, but takes its
