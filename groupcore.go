@@ -379,9 +379,11 @@ func (c *core[I]) refused(n int, fromGo bool) {
 		c.giveUp(n, !fromGo)
 		return
 	}
-	start := n > 0 && !c.submitting
 	c.owed += n
-	c.submitting = c.submitting || start
+	start := n > 0 && !c.submitting
+	if start {
+		c.submitting = true
+	}
 	c.mu.Unlock()
 	if start {
 		go c.submitOwed()
