@@ -13,7 +13,8 @@ import (
 // groupTasks is the size of one group in BenchmarkGroup.
 const groupTasks = 100_000
 
-// groupLimit bounds the workers of crew's pool and errgroup's SetLimit.
+// groupLimit bounds the workers of crew's pool, errgroup's SetLimit and
+// conc's WithMaxGoroutines.
 const groupLimit = 1000
 
 // groupTask is the tiny task every subject runs: one random draw
@@ -28,9 +29,10 @@ func groupTask(context.Context) error {
 // the timer, since reusing warm workers across groups is the point of
 // running groups on a pool (crew-newpool makes and stops it inside the
 // loop). errgroup runs a goroutine per task under SetLimit; conc's
-// ErrorPool (pool.New().WithErrors()) hands each task to a goroutine over
-// a channel. Names: BenchmarkGroup/<subject>; ns/op and allocs/op are per
-// group of 100,000 tasks.
+// ContextPool, limited and cancelled on the first error like errgroup's
+// WithContext, hands each task to a goroutine over a channel. Names:
+// BenchmarkGroup/<subject>; ns/op and allocs/op are per group of 100,000
+// tasks.
 func BenchmarkGroup(b *testing.B) {
 	ctx := context.Background()
 	b.Run("crew", func(b *testing.B) {
@@ -80,9 +82,9 @@ func BenchmarkGroup(b *testing.B) {
 	b.Run("conc", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			p := pool.New().WithErrors()
+			p := pool.New().WithMaxGoroutines(groupLimit).WithContext(ctx).WithCancelOnError()
 			for range groupTasks {
-				p.Go(func() error { return groupTask(ctx) })
+				p.Go(groupTask)
 			}
 			mustGroup(p.Wait())
 		}
