@@ -68,7 +68,8 @@ func WithQueueSize(n int) Option {
 }
 
 // WithNonBlocking makes Go and Submit return ErrQueueFull instead of waiting
-// when a bounded queue is full. It needs WithQueueSize.
+// when a bounded queue is full. It needs WithQueueSize: without it New
+// panics with an error wrapping ErrInvalid.
 func WithNonBlocking() Option {
 	return func(c *config) { c.nonBlocking = true }
 }
@@ -109,7 +110,7 @@ func WithMinWorkers(n int) Option {
 // ForEachSeq or MapErrSeq whose iterator panics). It must return normally:
 // a panic or runtime.Goexit in it may take the place of the panic being
 // reported. The default handler logs the panic and its stack with package
-// log.
+// log. New panics with an error wrapping ErrInvalid if h is nil.
 func WithPanicHandler(h func(*PanicError)) Option {
 	return func(c *config) {
 		if h == nil {
@@ -129,7 +130,8 @@ func WithCrashOnPanic() Option {
 
 // WithContext sets the parent of the pool's context, which tasks submitted
 // with Submit receive. Cancelling parent cancels that context; it does not
-// stop the pool.
+// stop the pool. New panics with an error wrapping ErrInvalid if parent is
+// nil.
 func WithContext(parent context.Context) Option {
 	return func(c *config) {
 		if parent == nil {

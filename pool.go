@@ -142,7 +142,8 @@ func (p *Pool) TrySubmit(task func()) bool {
 // SubmitCtx submits task, waiting while a bounded queue is full. It gives up
 // with ctx's error when ctx ends first, or is already done; it waits even on
 // a pool built WithNonBlocking. It returns ErrStopped once Stop or Shutdown
-// has begun and ErrNilTask for a nil task.
+// has begun, ErrNilTask for a nil task, and an error wrapping ErrInvalid
+// for a nil ctx.
 func (p *Pool) SubmitCtx(ctx context.Context, task func()) error {
 	switch {
 	case task == nil:

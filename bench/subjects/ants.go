@@ -6,8 +6,8 @@ import (
 	"github.com/panjf2000/ants/v2"
 )
 
-// Ants is ants v2 with default options. ants has no way to wait for its
-// tasks, so a WaitGroup counts them; Release does not wait for workers to exit.
+// Ants is ants v2 with default options. A WaitGroup counts the tasks, as
+// ants' own examples do; Release does not wait for workers to exit.
 var Ants = Subject{Name: "ants", New: func(limit, _ int, task func()) Pool {
 	p, err := ants.NewPool(limit)
 	must(err)
