@@ -20,7 +20,7 @@ type Stats struct {
 
 	Submitted uint64 // tasks accepted
 	Completed uint64 // tasks that finished, whatever their outcome
-	Failed    uint64 // Submit tasks that returned an error, panicked or called Goexit
+	Failed    uint64 // Submit tasks (the pool's or a Keyed's, Priority's or RateLimited's) that returned an error, panicked or called Goexit; a group's tasks are not counted
 	Panicked  uint64 // tasks that panicked
 	Dropped   uint64 // queued tasks that Shutdown dropped unstarted
 }
