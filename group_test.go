@@ -252,8 +252,8 @@ func TestGroupRepanic(t *testing.T) {
 // dropped, seen only in Stats().Panicked).
 func TestGroupPanicThatWaitDoesNotReportReachesThePanicHandler(t *testing.T) {
 	leak.Check(t)
-	handled := make(chan any, 4)
-	p := crew.New(2, crew.WithPanicHandler(func(pe *crew.PanicError) { handled <- pe.Value }))
+	handler, handled := sentPanics(4)
+	p := crew.New(2, handler)
 	defer p.Stop()
 	plain := errors.New("plain")
 	// A running task panics with "second" once another has failed with

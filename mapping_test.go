@@ -262,50 +262,15 @@ func TestSeqIteratorFailureWaitsForTheCalls(t *testing.T) {
 	}
 }
 
-// When the iterator panics, the outcome of the calls is dropped with the
-// iterator's panic going on; a call's panic then goes to the pool's panic
-// handler rather than nowhere (found with bug 87).
-func TestSeqIteratorPanicPassesTheCallsPanicsToTheHandler(t *testing.T) {
-	leak.Check(t)
-	handled := make(chan any, 2)
-	p := crew.New(2, crew.WithPanicHandler(func(pe *crew.PanicError) { handled <- pe.Value }))
-	defer p.Stop()
-	callPanicked := make(chan struct{})
-	seq := func(yield func(int) bool) {
-		if !yield(0) {
-			return
-		}
-		<-callPanicked
-		panic("iterator broke")
-	}
-	var v any
-	within(t, groupDeadline, "ForEachSeq", func() {
-		defer func() { v = recover() }()
-		crew.ForEachSeq(context.Background(), p, seq, func(context.Context, int) error {
-			defer close(callPanicked)
-			panic("call broke")
-		})
-	})
-	if v != "iterator broke" {
-		t.Fatalf("ForEachSeq panicked with %v, want the iterator's panic", v)
-	}
-	select {
-	case got := <-handled:
-		if got != "call broke" {
-			t.Fatalf("the panic handler got %v, want the call's panic", got)
-		}
-	default:
-		t.Fatal("the call's panic reached neither the caller nor the panic handler")
-	}
-}
-
-// A call's panic that comes after another call's error reaches the handler
-// once when the iterator then panics (found by a review of bug 87's fix:
-// twice, once as unreported and once as the discarded outcome's).
+// When the iterator panics, its panic goes on and the calls' outcome is
+// dropped; a call's panic then goes to the pool's panic handler rather
+// than nowhere (found with bug 87), once, also when it came after another
+// call's error (a review of the fix found it handed over twice, as
+// unreported and as the dropped outcome's).
 func TestSeqIteratorPanicHandsEachPanicOnce(t *testing.T) {
 	leak.Check(t)
-	handled := make(chan any, 4)
-	p := crew.New(4, crew.WithPanicHandler(func(pe *crew.PanicError) { handled <- pe.Value }))
+	handler, handled := sentPanics(4)
+	p := crew.New(4, handler)
 	defer p.Stop()
 	started := make(chan struct{})
 	seq := func(yield func(int) bool) {
@@ -313,8 +278,9 @@ func TestSeqIteratorPanicHandsEachPanicOnce(t *testing.T) {
 			panic("iterator broke")
 		}
 	}
+	var v any
 	within(t, groupDeadline, "ForEachSeq", func() {
-		defer func() { recover() }()
+		defer func() { v = recover() }()
 		crew.ForEachSeq(context.Background(), p, seq, func(ctx context.Context, i int) error {
 			if i == 0 {
 				<-started
@@ -325,12 +291,10 @@ func TestSeqIteratorPanicHandsEachPanicOnce(t *testing.T) {
 			panic("call broke")
 		}, crew.WithLimit(2))
 	})
-	close(handled)
-	var got []any
-	for v := range handled {
-		got = append(got, v)
+	if v != "iterator broke" {
+		t.Fatalf("ForEachSeq panicked with %v, want the iterator's panic", v)
 	}
-	if len(got) != 1 || got[0] != "call broke" {
+	if got := drained(handled); len(got) != 1 || got[0] != "call broke" {
 		t.Fatalf("the panic handler got %v, want the call's panic once", got)
 	}
 }

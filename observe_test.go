@@ -692,17 +692,12 @@ func TestHooksPanickingPanicHookStillEndsTheTask(t *testing.T) {
 // handler call, which then got only the hook's panic).
 func TestHooksPanickingPanicHookDoesNotSwallowTheTasksPanic(t *testing.T) {
 	leak.Check(t)
-	handled := make(chan any, 2)
-	p := crew.New(1, crew.WithPanicHandler(func(pe *crew.PanicError) { handled <- pe.Value }),
+	handler, handled := sentPanics(2)
+	p := crew.New(1, handler,
 		crew.WithHooks(crew.Hooks{Panic: func(crew.TaskEvent) { panic("panic hook") }}))
 	p.Go(func() { panic("task") })
 	within(t, schedDeadline, "Pool.Stop", p.Stop)
-	close(handled)
-	var got []any
-	for v := range handled {
-		got = append(got, v)
-	}
-	if len(got) != 2 || got[0] != "task" || got[1] != "panic hook" {
+	if got := drained(handled); len(got) != 2 || got[0] != "task" || got[1] != "panic hook" {
 		t.Fatalf("the panic handler got %v, want the task's panic, then the hook's", got)
 	}
 }

@@ -57,6 +57,23 @@ func quietPanics(n *atomic.Int64) crew.Option {
 	return crew.WithPanicHandler(func(*crew.PanicError) { n.Add(1) })
 }
 
+// sentPanics is a panic handler option that sends each panic's value on
+// the returned channel, which holds up to n of them.
+func sentPanics(n int) (crew.Option, chan any) {
+	ch := make(chan any, n)
+	return crew.WithPanicHandler(func(pe *crew.PanicError) { ch <- pe.Value }), ch
+}
+
+// drained closes ch, whose senders are done, and returns what it held.
+func drained[T any](ch chan T) []T {
+	close(ch)
+	var got []T
+	for v := range ch {
+		got = append(got, v)
+	}
+	return got
+}
+
 // poolHeldInDrain returns a one-worker pool whose Shutdown, once its
 // deadline has passed, holds open the moment between dropping the queue
 // and cancelling the pool's context: the Drop hook that the drop calls
