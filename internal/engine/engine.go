@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gocrew/crew/internal/clock"
 	"github.com/gocrew/crew/internal/notify"
 )
 
@@ -18,14 +19,6 @@ import (
 var (
 	ErrStopped = errors.New("crew: pool is stopped")
 	ErrFull    = errors.New("crew: queue is full")
-
-	// ErrInWorker is returned by Wait when called from inside one of the
-	// engine's own tasks, which would wait for itself.
-	ErrInWorker = errors.New("crew: called from inside one of the pool's own tasks")
-
-	// errFullInWorker is returned by Push when every worker is one of the
-	// engine's tasks waiting for room in the engine: none would ever come.
-	errFullInWorker = fmt.Errorf("%w: every worker is waiting to queue a task into its own full pool", ErrFull)
 )
 
 const (
@@ -43,10 +36,8 @@ const (
 
 	// staleWakeParked is the least time between two wakes for stale
 	// searchers while a parked worker can be woken: waking one is cheap
-	// and undone by its next park, and it bounds what a searcher stuck on
-	// a descheduled processor costs the tasks behind it. At half load the
-	// p99 queue wait was 59-74 µs with 100 µs here, and 17-38 µs with 10
-	// (BenchmarkQueueWait's load).
+	// and undone by its next park, and this spacing bounds how long a
+	// searcher stuck on a descheduled processor delays the tasks behind it.
 	staleWakeParked = 10 * time.Microsecond
 )
 
@@ -96,12 +87,12 @@ type Engine[T any] struct {
 	closed atomic.Bool // intake is closed; each shard also has the flag under its lock
 	// The last task a worker timed ran longer than longTask (see runTimed
 	// and yieldBeforeSpill). It starts clear, so that producers flooding a
-	// new engine with tiny tasks yield as before any is timed: a backlog
+	// new engine with tiny tasks yield from the first full ring: a backlog
 	// once spilled keeps them spilling, a lock per task. Long tasks then
-	// cost a producer one yield before the first is timed.
+	// cost producers a yield per full ring until the first is timed.
 	longTasks atomic.Bool
 	bounded   bool         // QueueSize >= 0
-	admitted  atomic.Int64 // with bounded: unfinished tasks, kept below capacity
+	admitted  atomic.Int64 // with bounded: unfinished tasks; admit keeps it at most capacity
 	stuck     atomic.Int64 // with bounded: own tasks waiting in Push for room
 	capacity  atomic.Int64 // with bounded: MaxWorkers+QueueSize
 	queue     int64        // QueueSize
@@ -114,9 +105,8 @@ type Engine[T any] struct {
 	procs       int64        // GOMAXPROCS when the engine was made
 	starting    atomic.Int32 // woken or started workers not yet running
 	alive       atomic.Int32 // worker goroutines that have not finished exiting
-	lastWake    atomic.Int64 // when wake last succeeded, as time since epoch
-	staleWoken  atomic.Int64 // when wakeStale last woke a worker, likewise
-	epoch       time.Time
+	lastWake    atomic.Int64 // when wake last succeeded (clock.Now); the engine's birth at first
+	staleWoken  atomic.Int64 // when wakeStale last claimed a wake, likewise
 	nextHome    atomic.Uint32
 	idleTime    time.Duration
 
@@ -170,18 +160,19 @@ func New[T any](cfg Config[T]) *Engine[T] {
 		bounded:   cfg.QueueSize >= 0,
 		queue:     int64(cfg.QueueSize),
 		idleTime:  cfg.IdleTimeout,
-		epoch:     time.Now(),
 		id:        NewID(),
 	}
 	e.newWorker = e.runWorker
+	born := clock.Now()
+	e.lastWake.Store(born)
+	e.staleWoken.Store(born)
 	// Half the processors, as the runtime bounds its spinning threads. A
 	// spinning worker yields with runtime.Gosched, which sends it through
 	// the global run queue, from where another processor may take it into
 	// its local queue; should that processor's thread be descheduled by
 	// the host, the worker waits there, counted as searching, while tasks
 	// queue up. Fewer spinners park more workers, and a parked worker is
-	// woken onto the producer's own processor. On two cores this cut the
-	// p99 queue wait from about 3 ms to 0.6 ms (BenchmarkQueueWait).
+	// woken onto the producer's own processor.
 	e.procs = int64(runtime.GOMAXPROCS(0))
 	e.maxSpinning = max(1, int(e.procs)/2)
 	for i := range e.shards {
@@ -239,6 +230,10 @@ func (e *Engine[T]) Push(ctx context.Context, t T) error {
 		}
 	}
 }
+
+// errFullInWorker is returned by Push when every worker is one of the
+// engine's tasks waiting for room in the engine: none would ever come.
+var errFullInWorker = fmt.Errorf("%w: every worker is waiting to queue a task into its own full pool", ErrFull)
 
 // waitInWorker waits for room like Push, for a caller that is one of e's
 // tasks. Such callers hold workers while they wait: once they hold all of
@@ -304,13 +299,10 @@ func (e *Engine[T]) enqueue(t T) error {
 	if r == ringFull && e.yieldBeforeSpill() {
 		// The producer outpaces the workers: give them its processor
 		// once before spilling, as the backlog is theirs to drain. While
-		// the backlog lasts every push yields once, a soft backpressure:
-		// with 100 producers and 2 workers on two cores it halves the
-		// cost per task (BenchmarkPush, 24-28 ns against 44-52 when only
-		// the push that fills the ring yields); when the workers are
-		// blocked rather than busy, the yield finds nothing to run and
-		// costs 60-110 ns (BenchmarkQueuedTaskMemory, whose workers are
-		// all blocked).
+		// the backlog lasts every push yields once, a soft backpressure
+		// that gives the workers a turn at every push; when the workers
+		// are blocked rather than busy, the yield finds nothing to run
+		// and is a wasted trip through the scheduler.
 		runtime.Gosched()
 		n, r = s.push(t)
 	}
@@ -348,36 +340,23 @@ func (e *Engine[T]) enqueue(t T) error {
 // can help, and below it while the program has at most yieldGoroutines
 // goroutines per processor. A yield puts the producer behind every
 // runnable goroutine: among a few, the workers soon run and drain the
-// ring, and the producer pays no lock per task (with 100 producers and
-// 1,000 or 200,000 workers, BenchmarkDispatch took a median of 39-50 ns
-// per task against 63-76 with spilling, and one producer's backlog of
-// rand 1u-1Mt stopped allocating spill chunks: 22-24 allocations a run
-// against 51-59); among thousands (10,000 producers, or thousands of
-// workers woken from sleeps), it waits behind all of them, and a spill,
-// with the producer starting a worker, is far cheaper (rand 10Ku-100t took
-// 81-87 ms against 44-51 when every full ring yielded).
-// runtime.NumGoroutine costs about 3 ns, paid only on a full ring.
+// ring, and the producer pays no lock per task; among thousands (many
+// producers, or many workers woken from blocking tasks), it waits behind
+// all of them, and a spill, with the producer starting a worker, is far
+// cheaper. runtime.NumGoroutine is read only on a full ring.
 //
 // Nor does a producer yield while tasks are long (see longTask): a worker
 // running tasks back to back gives its processor back only when it runs
-// out of them or the runtime preempts it after 10 ms, so the yield would
-// wait for the tasks instead of letting them catch up, and an unbounded
-// Go would be paced like a bounded queue's. With 200 µs tasks on two
-// workers, 2,000 pushes took 189 ms with the yield, about as long as the
-// tasks, and 0.4 ms without.
+// out of them or the runtime preempts it, so the yield would wait for the
+// tasks instead of letting them catch up, and an unbounded Push would be
+// paced like a bounded queue's.
 //
-// Nor does a producer yield on more than yieldProcs processors. There
-// the workers are more often running already, and the yield mostly
-// delays the producer: runtime.Gosched goes through the runtime's global
-// run queue, under a lock that every processor takes. On a 16-core
-// machine BenchmarkPush, in medians over its six cells, took 145-196 ns
-// per task on 3 to 8 processors with yields and 81-87 with spills, and a
-// profile of BenchmarkDispatch on 16 had a fifth of the processor time in
-// that lock. On two processors yields were still faster with 100
-// producers. Spilling costs memory instead, as a producer that outpaces
-// the workers queues its backlog: BenchmarkDispatch's 0 B per task
-// became up to 11 on 3 to 16 processors (1-11 MB over a run of a million
-// tasks), in spill chunks.
+// Nor does a producer yield on more than yieldProcs processors. There the
+// workers are more often running already, and the yield mostly delays the
+// producer: runtime.Gosched goes through the runtime's global run queue,
+// under a lock that every processor takes. Spilling costs memory instead,
+// as a producer that outpaces the workers queues its backlog in fifo
+// chunks.
 func (e *Engine[T]) yieldBeforeSpill() bool {
 	if e.procs > yieldProcs || e.longTasks.Load() {
 		return false
@@ -398,9 +377,9 @@ const (
 
 // A task that runs longer than longTask is long: a producer that yields
 // would wait for such tasks, so it spills instead (see yieldBeforeSpill).
-// A ringful of tiny tasks takes about 2 µs to run. Workers time one task
-// in timeEvery while tasks are short, and one in timeLongEvery while they
-// are long (see runTimed).
+// longTask is of the order of the time a worker takes to run a ringful of
+// tiny tasks. Workers time one task in timeEvery while tasks are short,
+// and one in timeLongEvery while they are long (see runTimed).
 const (
 	longTask      = 2 * time.Microsecond
 	timeEvery     = 64
@@ -408,44 +387,36 @@ const (
 )
 
 // wakeIfStale wakes one more worker when the searchers that producers rely
-// on seem not to be running, judged at the nth push into s (a ring or a
-// spill count), a push that found a searcher counted and somebody to
-// wake (see staleWakeable). A searcher counts from the moment it is woken,
-// but its goroutine may wait long for a processor when many are runnable,
-// or sit on a processor that the host has descheduled; without this,
-// producers would wake nobody while tasks wait.
+// on seem not to be running, judged at the nth push into s (n counts the
+// ring's pushes, or the spill queue's when spilled is set), a push that
+// found a searcher counted and somebody to wake (see staleWakeable). A
+// searcher counts from the moment it is woken, but its goroutine may wait
+// long for a processor when many are runnable, or sit on a processor that
+// the host has descheduled; without this, producers would wake nobody
+// while tasks wait.
 //
-// A stall, the task pushed into s before this one still waiting while
-// nobody takes any (see stalled), wakes a parked worker or starts one.
-// Every lateEvery-th push also checks for searchers that may be late
-// rather than stuck: a woken worker that has not started while no wake
-// has succeeded for staleWake, or s spilling a backlog. Either wakes a parked worker, but
-// starts new ones only up to GOMAXPROCS: a stall means that the searchers
-// wait for a processor (a new worker's user code, NewRunner, runs outside
-// the searchers), and a new worker would wait like them, while the
-// searchers will come. With one producer of tiny tasks, each rule started
-// dozens to hundreds of workers a run without the cap (rand 1u-1Mt), and
-// stalls alone some 180 with a million producers (rand 1Mu-1t), whose
-// runnable goroutines keep a yielding searcher from its processor for
-// long; capped, crew starts a handful, does the work as fast and
-// allocates a fraction. When workers block instead (sleep, I/O), the
-// processors are free and searchers do not stall: a push that finds no
-// searcher, and a searcher that finds a backlog, start workers up to the
-// limit. The rarer checks read the clock, and hold for long stretches of
-// a busy engine.
+// A stall, the task pushed into s's ring before this one still waiting
+// while nobody takes any (see stalled), calls wakeStale. Every lateEvery-th
+// push also checks for searchers that may be late rather than stuck: a
+// woken worker that has not started while no wake has succeeded for
+// staleWake, or s spilling a backlog. These read the clock, and their
+// conditions can hold for long stretches of a busy engine, so they are
+// checked at every lateEvery-th push only.
 //
-// Nothing is checked while a check could wake nobody: no worker is parked
-// and GOMAXPROCS workers (or the limit, if lower) are live, as in a busy
-// pool. The looks read lines that workers write; skipping them took
-// 3.5-10% off the time per task of BenchmarkDispatch's crew cells on two
-// cores (medians of 60 interleaved rounds). With that skip, looking at
-// every push costs no more than looking at every fourth did, and a stuck
-// searcher is noticed by the third push into a shard after it stops
-// instead of the eighth to eleventh: at half load the p99 queue wait fell
-// from 44-94 µs to 14-22 (BenchmarkQueueWait, interleaved rounds).
-// While a stall lasts, every push that looks calls wakeStale, whose clock
-// read (about 27 ns) comes before its rate limit turns the push away; rand
-// 1Mu-1t, where stalls are common, took as long as before.
+// wakeStale wakes a parked worker, but starts new ones only up to
+// GOMAXPROCS: a stall means that the searchers wait for a processor (a new
+// worker's NewRunner runs outside the searchers), and a new worker would
+// wait like them, while the searchers will come. When workers block
+// instead (sleep, I/O), the processors are free and searchers do not
+// stall: a push that finds no searcher, and a searcher that finds a
+// backlog, start workers up to the limit.
+//
+// The caller checks nothing while a check could wake nobody: no worker is
+// parked and GOMAXPROCS workers (or the limit, if lower) are live, as in a
+// busy pool. The looks read lines that workers write, and a busy pool's
+// producers should not pay for them. While a stall lasts, every push that
+// looks calls wakeStale, whose clock read comes before its rate limit
+// turns the push away.
 func (e *Engine[T]) wakeIfStale(s *shard[T], n uint64, spilled bool) {
 	switch {
 	case !spilled && s.stalled(n):
@@ -458,12 +429,13 @@ func (e *Engine[T]) wakeIfStale(s *shard[T], n uint64, spilled bool) {
 
 // wakeStale wakes a parked worker, at most once per staleWakeParked, or
 // starts one if none is parked and fewer than GOMAXPROCS (and the limit)
-// are live, at most once per staleWake. Its own clock, not the time of the
-// last wake of any kind: a pool at half load wakes parked workers all the
-// time, and a stall must not wait for a quiet moment. A wake at the parked rate never starts a
-// worker: the worker seen parked may have left the list since (to run a
-// task its last look found), and a start in its place would come at ten
-// times the rate that starts are allowed, whatever the limit.
+// are live, at most once per staleWake. It keeps its own clock, not the
+// time of the last wake of any kind: a pool at half load wakes parked
+// workers all the time, and a stall must not wait for a quiet moment. A
+// wake at the parked rate never starts a worker: the worker seen parked
+// may have left the list since (to run a task its last look found), and a
+// start in its place would come at the parked rate, faster than starts
+// are allowed, whatever the limit.
 func (e *Engine[T]) wakeStale() {
 	ok, parked := e.staleWakeable()
 	if !ok {
@@ -647,10 +619,10 @@ func (e *Engine[T]) Resize(n int) {
 		e.capacity.Store(capacity(int64(n), e.queue))
 		e.spaceSig.Broadcast()
 	}
-	// A woken or new worker counts as searching at once, but takes its
-	// task only once it runs: counted against queued alone, one task
-	// started a worker per step of the loop (all 1,000 of a Resize from 1
-	// to 1,000 at GOMAXPROCS=1).
+	// A woken or new worker counts as searching at once but takes its
+	// task only once it runs, so workers start only for the queued tasks
+	// that no searcher will take: counted against the queued tasks alone,
+	// one task would start a worker at every step up to the new limit.
 	for i := old; i < int64(n) && e.queued() > int64(e.searching.Load()); i++ {
 		if !e.wake() {
 			break
@@ -685,7 +657,7 @@ type Stats struct {
 }
 
 // Stats returns a snapshot of the engine's counters. It visits every live
-// worker, so it costs a few nanoseconds per worker.
+// worker under a lock, so its cost grows with the pool.
 func (e *Engine[T]) Stats() Stats {
 	// Finished counts first, as in unfinished: pushed is read after them,
 	// so Unfinished cannot be negative. Dropped is read once, so that a
@@ -721,7 +693,7 @@ func (e *Engine[T]) finished() uint64 {
 // enlist returns a new worker, added to the live workers. Workers are
 // allocated in slabs, each as large as the live workers were (up to
 // workerSlab): a pool that grows to thousands of workers, as one running
-// 10 ms sleeps does, pays one allocation per slab instead of one per
+// blocking tasks does, pays one allocation per slab instead of one per
 // worker, and a small pool allocates little it does not use. A slab stays
 // in memory while any of its workers lives.
 func (e *Engine[T]) enlist() *worker[T] {

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"errors"
 	"maps"
 	"reflect"
 	"runtime"
@@ -21,11 +22,11 @@ import (
 // (outermost) and an end frame (innermost). Reading the caller's stack and
 // decoding the runs of digit frames tells which numbers the goroutine runs
 // under (more than one when a task runs under another owner's mark, as a
-// layer's steps do on a pool's workers).
-// Writing costs a few function calls; reading walks the whole stack
-// (microseconds), so only paths that are about to block read it. Other
-// owners of tasks (crew's layers) use the same numbers and functions to
-// mark the goroutine while it runs one of theirs.
+// layer's steps do on a pool's workers). Writing costs a few function
+// calls; reading walks the whole stack, so only paths that are about to
+// block read it. Other owners of tasks (crew's layers) use the same
+// numbers and functions to mark the goroutine while it runs one of
+// theirs.
 
 // lastID numbers the owners of marks: engines, and whoever calls NewID.
 // Numbers are never reused, so a stale digit run cannot name a newer owner.
@@ -50,12 +51,12 @@ func (f Func) Run() { f() }
 // inside RunAs(a, Func(func() { RunAs(b, g) })), g's calls are under both
 // a and b. id must come from NewID; RunAs(0, r) just calls r.Run.
 //
-// It costs two calls plus one per hexadecimal digit of id (five for an id
-// below 4,096), a few nanoseconds, plus the stack they take (a few words
-// each). It allocates nothing, but r escapes: pass a pointer, or a func
-// value made once rather than a closure made per call. (A Runner rather
-// than a func, so that a worker can pass itself: a method value would cost
-// an allocation per worker.)
+// It costs two calls plus one per hexadecimal digit of id (at most five
+// for an id below 4,096), plus the stack they take (a few words each). It
+// allocates nothing, but r escapes: pass a pointer, or a func value made
+// once rather than a closure made per call. (A Runner rather than a func,
+// so that a worker can pass itself: a method value would cost an
+// allocation per worker.)
 //
 //go:noinline
 func RunAs(id uint64, r Runner) { next(id, r) }
@@ -157,10 +158,10 @@ func funcName(f func(uint64, Runner)) string {
 
 // CallerIs reports whether the calling goroutine runs under id, that is,
 // whether the call comes from inside r.Run of a RunAs(id, r) that has not
-// returned. It walks the caller's stack, which costs about a microsecond
-// (BenchmarkCallerIs): call it only on a path that is about to block. It
-// allocates only for a stack deeper than 64 frames, and when it meets a
-// return address it has not cached (see frames).
+// returned. It walks the caller's stack, which costs far more than RunAs
+// does: call it only on a path that is about to block. It allocates only
+// for a stack deeper than 64 frames, and when it meets a return address
+// it has not cached (see frames).
 func CallerIs(id uint64) bool {
 	if id == 0 {
 		return false
@@ -279,6 +280,11 @@ func resolveFrame(pc uintptr) uint8 {
 	}
 	return otherFrame
 }
+
+// ErrInWorker is returned by Wait when called from inside one of the
+// engine's own tasks, which would wait for itself. Package crew re-exports
+// it.
+var ErrInWorker = errors.New("crew: called from inside one of the pool's own tasks")
 
 // InWorker reports whether the calling goroutine is one of e's workers,
 // that is, whether the call comes from inside one of e's tasks. It costs

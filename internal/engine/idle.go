@@ -3,6 +3,8 @@ package engine
 import (
 	"sync/atomic"
 	"time"
+
+	"github.com/gocrew/crew/internal/clock"
 )
 
 // A parked worker waits in Lock on a mutex of its own (worker.sem), which
@@ -15,8 +17,8 @@ import (
 // so the reaper retires from the oldest end and sleeps until the next one
 // is due.
 
-// now returns the monotonic time since the engine started, in nanoseconds.
-func (e *Engine[T]) now() int64 { return int64(time.Since(e.epoch)) }
+// now reads crew's monotonic clock (package clock), in nanoseconds.
+func (e *Engine[T]) now() int64 { return clock.Now() }
 
 // armReaper makes sure the reaper runs within d. Called with e.idleMu held.
 func (e *Engine[T]) armReaper(d time.Duration) {

@@ -56,8 +56,8 @@ func TestNewRunnerGivesEachWorkerItsOwnRunner(t *testing.T) {
 
 // A worker whose NewRunner calls runtime.Goexit (t.FailNow in a test's
 // hook) gives its slot back like one whose task does: the pool starts
-// another and runs every task, and Exit returns. It used to keep the
-// slot, counted live for ever, and Exit waited for it (bug 21).
+// another and runs every task, and Exit returns. A slot kept would count
+// as live for ever, and Exit would wait for it.
 func TestGoexitInNewRunnerFreesTheWorkerSlot(t *testing.T) {
 	leak.Check(t)
 	var calls atomic.Int64

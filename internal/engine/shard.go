@@ -4,6 +4,8 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+
+	"github.com/gocrew/crew/internal/queue"
 )
 
 // A shard is a queue that many producers and many workers share. Most of a
@@ -14,10 +16,9 @@ import (
 // read count once its sequence number says it is full, and hands the cell
 // back to the producers of the next lap. Producers write one line of counts
 // and workers another, so a producer pays no transfer for the workers'
-// bookkeeping, and a line of cells carries four tasks across. (This is
-// Dmitry Vyukov's bounded multi-producer multi-consumer queue.) On two
-// cores the engine took 45-73 ns per tiny task with a lock around each
-// shard's queue, and 26-44 with the ring (BenchmarkPush).
+// bookkeeping, and a line of cells carries several tasks across. (This is
+// Dmitry Vyukov's bounded multi-producer multi-consumer queue.) A lock
+// around each shard's queue proved slower than the ring.
 //
 // The ring is small, so a backlog spills over into a chunked fifo under a
 // mutex: while anything is spilled, producers keep appending there and
@@ -32,10 +33,10 @@ import (
 // cell before Close, and its task is counted, or sees the bit and is
 // refused: no task is lost between a check and a push.
 
-// ringSize is the number of cells in a shard's ring, a power of two. Rings
-// of 16 and 32 cells were no faster and one of 256 was slower (it spreads
-// the producers and workers over more lines); this one costs 1 KB per
-// shard for 8-byte tasks.
+// ringSize is the number of cells in a shard's ring, a power of two.
+// Smaller rings proved no faster and larger ones slower, as they spread
+// the producers and workers over more lines. Each cell holds a sequence
+// word and a task.
 const ringSize = 64
 
 // closedBit, in a shard's write count, refuses further pushes.
@@ -78,11 +79,19 @@ type shard[T any] struct {
 	// overlapped no move.
 	moving atomic.Uint64
 	closed bool // guarded by mu: refuse pushes
-	q      fifo[T]
-	_      [64]byte
+	q      queue.FIFO[T]
+	// The spill queue's lists of chunks start here, so that a shard's
+	// first spill allocates only its first chunk.
+	lists [16][]T
+	_     [64]byte
 }
 
+// keepChunk is the largest chunk that trim leaves a drained spill queue; a
+// bigger one, left by a burst, goes back to the garbage collector.
+const keepChunk = 1 << 10
+
 func (s *shard[T]) init() {
+	s.q.Lend(s.lists[:], nil)
 	for i := range s.ring {
 		s.ring[i].seq.Store(uint64(i))
 	}
@@ -125,7 +134,7 @@ func (s *shard[T]) spill(t T) (n uint64, r pushResult) {
 	if s.closed {
 		return 0, refused
 	}
-	s.q.push(t)
+	s.q.Push(t)
 	if !s.spilling.Load() {
 		s.spilling.Store(true)
 	}
@@ -172,7 +181,7 @@ func (s *shard[T]) popBehindRing(wait bool) (t T, ok bool) {
 			// Since the ring looked empty, a worker may have moved
 			// the whole spill queue into it and cleared spilling: a
 			// last look that missed those tasks would park with them
-			// queued and nobody to take them (bug 18).
+			// queued and nobody to take them.
 			return s.popRing()
 		}
 		return t, false
@@ -193,18 +202,18 @@ func (s *shard[T]) popBehindRing(wait bool) (t T, ok bool) {
 // moved into the ring while the caller waited for the lock, so an empty
 // one sends it back to the ring: a worker's last look before it parks
 // that missed those tasks would leave them queued with nobody to take
-// them (bug 15 in RELIABILITY.md; bug 18 is its twin in popBehindRing).
+// them (popBehindRing covers the same move when it finds the flag clear).
 func (s *shard[T]) popSpilled() (t T, ok bool) {
-	if t, ok = s.q.pop(); ok {
+	if t, ok = s.q.Pop(); ok {
 		s.moving.Add(1)
 		defer s.moving.Add(1)
 		var moved uint64
 		for {
-			next, more := s.q.peek()
+			next, more := s.q.Peek()
 			if !more || s.pushRing(next)&^closedBit == 0 {
 				break
 			}
-			s.q.pop()
+			s.q.Pop()
 			moved++
 		}
 		// Moved tasks are counted in written and in spilled until moved
@@ -212,7 +221,7 @@ func (s *shard[T]) popSpilled() (t T, ok bool) {
 		s.unspilled.Add(1 + moved)
 		s.moved.Add(moved)
 	}
-	if _, more := s.q.peek(); !more {
+	if _, more := s.q.Peek(); !more {
 		s.spilling.Store(false)
 	}
 	if !ok {
@@ -260,9 +269,9 @@ func (s *shard[T]) len() uint64 {
 // moved from the spill queue into the ring is in both the write and the
 // spill counts until moved counts it, so a read that overlaps a move is
 // retried (see moving): Wait must not count too few, and Stats must not
-// count too many, as its Submitted feeds counters that never go down (bug
-// 47 in RELIABILITY.md: they did, by hundreds). A move is at most a
-// ringful of pushes under the spill queue's lock, so retries are short.
+// count too many, as its Submitted feeds counters that must never go
+// down. A move is at most a ringful of pushes under the spill queue's
+// lock, so retries are short.
 func (s *shard[T]) pushed() uint64 {
 	for {
 		g := s.moving.Load()
@@ -297,7 +306,7 @@ func (s *shard[T]) stalled(n uint64) bool {
 // as the last worker leaves, and a skipped shard would keep its memory.
 func (s *shard[T]) trim() {
 	s.mu.Lock()
-	s.q.trim()
+	s.q.Trim(keepChunk)
 	s.mu.Unlock()
 }
 
@@ -323,7 +332,7 @@ func (s *shard[T]) drain(ts []T) []T {
 	}
 	n := 0
 	for {
-		t, ok := s.q.pop()
+		t, ok := s.q.Pop()
 		if !ok {
 			break
 		}

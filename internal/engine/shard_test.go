@@ -286,12 +286,9 @@ func spillRoom(e *Engine[func()]) (room int, trimmed bool) {
 	for i := range e.shards {
 		s := &e.shards[i]
 		s.mu.Lock()
-		for _, list := range [][][]func(){s.q.chunks, s.q.free} {
-			for _, c := range list {
-				room += len(c)
-			}
-		}
-		if len(s.q.free) > 0 || len(s.q.chunks) > 1 || len(s.q.chunks) == 1 && len(s.q.chunks[0]) > keepChunk {
+		chunks, free, r, largest := s.q.Memory()
+		room += r
+		if free > 0 || chunks > 1 || largest > keepChunk {
 			trimmed = false
 		}
 		s.mu.Unlock()
@@ -346,7 +343,7 @@ func spilledShard() *shard[int] {
 // A worker's last look before it parks waits for the spill queue's lock.
 // If the holder moved the spill queue into the ring meanwhile, the look
 // must find those tasks there, or it parks with tasks queued and nobody
-// to take them (bug 15).
+// to take them.
 func TestShardLastLookSeesTasksMovedIntoTheRing(t *testing.T) {
 	leak.Check(t)
 	s := spilledShard()
@@ -370,7 +367,7 @@ func TestShardLastLookSeesTasksMovedIntoTheRing(t *testing.T) {
 // The same as a last look can see it without the lock: it finds the ring
 // empty, and before it reads the spilling flag, another worker takes the
 // spill queue's first task and moves the rest into the ring, clearing the
-// flag. The look must then find them in the ring (bug 18).
+// flag. The look must then find them in the ring.
 func TestShardLastLookSeesTasksMovedBeforeTheFlag(t *testing.T) {
 	leak.Check(t)
 	s := spilledShard()

@@ -7,16 +7,12 @@ import (
 
 // Producers spread their tasks over the shards, so that no shard's lines
 // carry every task and workers seldom meet in one shard. A random pick
-// does that, but math/rand/v2's generator costs about 5 ns, a fifth of a
-// tiny task on two cores. Instead a producer counts its pushes in a
-// stripe, a counter alone on its cache line, and takes the top bits of
-// the count's Fibonacci hash: consecutive counts land in shards far apart,
-// and over any stretch of pushes every shard gets its share within a few
-// tasks (under 3 in a thousand pushes, about 5 in a million). It costs an
-// atomic add, about 2 ns uncontended. On two cores BenchmarkDispatch's
-// crew cells took 19-25% less time per task than with rand.Uint32 in a
-// quiet stretch, 21-24 ns against 28-33, and 3-15% less in a slower one
-// (medians of 40 interleaved rounds each).
+// would do that, but proved slower: a generator costs a noticeable part
+// of a tiny task. Instead a producer counts its pushes in a stripe, a
+// counter alone on its cache line, and takes the top bits of the count's
+// Fibonacci hash: consecutive counts land in shards far apart, and over
+// any stretch of pushes every shard gets its share within a few tasks. It
+// costs one atomic add.
 //
 // Go gives a goroutine no identity to choose its stripe by, so the address
 // of a variable on the producer's stack stands in for one: goroutines have

@@ -18,8 +18,7 @@ import (
 // Engine-level stress tests: they drive an Engine directly and check its
 // internal counters (searching, admitted, the worker count, the idle list)
 // while it runs and once it has stopped. Bounded in time like the pool's
-// stress tests: about 2 s each by default, 30 s with CREW_STRESS=long, none
-// with -short or CREW_STRESS=off.
+// stress tests (see stress.Budget), and skipped with -short.
 
 // stWithin runs f and fails the test with a goroutine dump if it does not
 // return within d.
@@ -95,8 +94,8 @@ func (r *stRound) check() {
 		r.fail("idle list length %d", n)
 	}
 	if r.bounded {
-		// A producer admits a task before it is refused by a closed engine:
-		// admitted exceeds the capacity by at most the producers in flight.
+		// Resize may lower the capacity below what is already admitted,
+		// so only the sign is checked.
 		if a := e.admitted.Load(); a < 0 {
 			r.fail("admitted = %d", a)
 		}
@@ -306,8 +305,8 @@ func TestEngineStress(t *testing.T) {
 // once: a chain of links, each blocked until the next has run, among many
 // tiny tasks from several producers. Every link must find a worker below
 // the limit, whatever the parking and spilling in between; a missed wake
-// leaves the chain stuck with nobody searching (bug 15 hung here about
-// once in a thousand rounds).
+// leaves the chain stuck with nobody searching. Such a miss is rare, so
+// the test runs as many rounds as its time allows.
 func TestEngineStressChainedTasks(t *testing.T) {
 	leak.Check(t)
 	budget := stress.Budget(t)
@@ -347,8 +346,8 @@ func TestEngineStressChainedTasks(t *testing.T) {
 // whose lock is busy: if the holder will not wake anyone (Close, which locks
 // every shard in turn at the start of Stop, or a worker that then retires),
 // a task the parking worker was meant to find stays queued with everybody
-// asleep, and Wait and Stop hang (until 015e8c0, pop used TryLock there).
-// The test holds a shard's lock while the only worker parks.
+// asleep, and Wait and Stop hang. The test holds a shard's lock while the
+// only worker parks.
 func TestEngineParkLooksAtBusyShards(t *testing.T) {
 	leak.Check(t)
 	e := New(Config[func()]{MaxWorkers: 1, QueueSize: -1, IdleTimeout: time.Hour, Run: func(f func()) { f() }})
@@ -366,13 +365,13 @@ func TestEngineParkLooksAtBusyShards(t *testing.T) {
 	ran := make(chan struct{})
 	s := &e.shards[0]
 	s.mu.Lock()
-	s.q.push(func() { close(ran) })
+	s.q.Push(func() { close(ran) })
 	s.spilled.Add(1)
 	s.spilling.Store(true)
 	close(hold)
-	// The worker finishes its task, searches, and parks: either asleep in
-	// park's select (it skipped the busy shard) or waiting for the shard's
-	// lock in park (it looks at every shard).
+	// The worker finishes its task, searches, and parks: blocked in park
+	// either way, asleep on its own mutex had it skipped the busy shard,
+	// or waiting for the shard's lock in its last look.
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		d := leak.Dump()
@@ -394,9 +393,10 @@ func TestEngineParkLooksAtBusyShards(t *testing.T) {
 	}
 }
 
-// Stats().Queued must never be negative. (Until 015e8c0 the unlocked shard
-// length read pushed before popped; a push and a pop between the two reads
-// made it wrap around: Queued:-1 in the pool's fuzz test, -2178 here.)
+// Stats().Queued must never be negative. The shard length is read without
+// a lock, each count after the one subtracted from it (see shard.len):
+// read the other way, a push and a pop between the two reads would make it
+// wrap around.
 func TestEngineQueuedNeverNegative(t *testing.T) {
 	leak.Check(t)
 	// More threads than cores, so that the operating system deschedules
@@ -454,8 +454,8 @@ func TestEngineQueuedNeverNegative(t *testing.T) {
 // that a producer may have spent on it. Here the look takes x, pushed
 // while the worker still counted as a searcher (so it woke nobody); y's
 // producer then found no searcher and woke the listed worker. x waits for
-// y, and only a second worker can run y. Until 863f70a the worker took
-// the wake for itself and the pool stayed stuck below its limit.
+// y, and only a second worker can run y: a worker that kept the wake for
+// itself would leave the pool stuck below its limit.
 func TestEngineLastLookPassesTheWakeOn(t *testing.T) {
 	leak.Check(t)
 	e := New(Config[func()]{MaxWorkers: 2, QueueSize: -1, IdleTimeout: time.Hour, Run: func(f func()) { f() }})
@@ -482,9 +482,9 @@ func TestEngineLastLookPassesTheWakeOn(t *testing.T) {
 
 // Stats.Idle counts a parked worker only once it is past its last look at
 // the queues. Until then it may take a task without a wake-up, and so
-// without checking a limit that Resize has just lowered: a Pool test that
-// saw two idle workers, shrank the pool to one and submitted tasks saw one
-// of them start beside the two running ones.
+// without checking a limit that Resize has just lowered: a caller that
+// counted it idle, shrank the pool and submitted tasks could see more
+// tasks running than the new limit.
 func TestEngineIdleCountsWorkersPastTheirLastLook(t *testing.T) {
 	leak.Check(t)
 	e := newFuncEngine(1)

@@ -11,10 +11,9 @@ import (
 
 const (
 	// spinRounds is how many times a searcher scans the shards, yielding the
-	// processor between scans, before it parks. A yield costs about 70 ns when
-	// nothing else is runnable, so a searcher spins for a few microseconds:
-	// long enough to bridge the gaps of a busy producer, short enough to cost
-	// nothing noticeable in an idle program.
+	// processor between scans, before it parks: long enough to bridge the
+	// gaps of a busy producer, short enough to cost nothing noticeable in
+	// an idle program.
 	spinRounds = 32
 
 	// completionBatch bounds how many finished tasks a worker counts locally
@@ -122,8 +121,7 @@ func (e *Engine[T]) release(keep int64) bool {
 // the live workers, and reports whether it did. Resize may grow the limit
 // back between the read and the release, its keepMinimum counting this
 // worker as live: then a worker starts in its place if the minimum wants
-// it (a pool of minimum 4 was left at 3 for good in 1 of about 1,000
-// shrink-and-grow rounds).
+// it, or the pool would stay below its minimum for good.
 func (e *Engine[T]) shrunk() bool {
 	if e.workers.Load() <= e.maxWorkers.Load() || !e.release(e.maxWorkers.Load()) {
 		return false
@@ -134,8 +132,8 @@ func (e *Engine[T]) shrunk() bool {
 
 // flush publishes the worker's finished tasks; idle tells whether the
 // worker found no more work, and then it wakes Wait's callers if no task is
-// left unfinished. Every worker publishes before it looks, so the last
-// one to finish sees the others' counts.
+// left unfinished. Every worker publishes before it tests that, so the
+// last one to finish sees the others' counts.
 func (w *worker[T]) flush(idle bool) {
 	if w.done > 0 {
 		w.e.completed.Add(uint64(w.done))
@@ -207,7 +205,8 @@ func (w *worker[T]) Run() {
 		// newRunner is the user's code, which may take long (a connection
 		// to open): it runs outside the searchers, so that producers, and
 		// the wake here, start other workers meanwhile rather than rely on
-		// this one. Counted, it held back every start but one per call.
+		// this one. Counted as a searcher, it would hold back every other
+		// start until it returned.
 		searching = false
 		if e.searching.Add(-1) == 0 && e.queued() > 1 {
 			e.wake() // for the tasks beyond the one this worker will take
@@ -244,8 +243,7 @@ func (w *worker[T]) loop(searching bool) (retired bool) {
 			v = recover()
 		}
 		// Deferred, so that the task is counted even if OnPanic calls
-		// runtime.Goexit: Wait and Stop would wait for it for ever (bug
-		// 49 in RELIABILITY.md).
+		// runtime.Goexit: Wait and Stop would wait for it for ever.
 		defer func() {
 			w.done++ // the task that panicked or called runtime.Goexit
 			w.finished.Add(1)
@@ -284,13 +282,11 @@ func (w *worker[T]) loop(searching bool) (retired bool) {
 }
 
 // runTimed runs t and times it, for the producers' choice between yielding
-// and spilling (see yieldBeforeSpill). Two clock reads cost about 50 ns,
-// so while tasks are short a worker times one in timeEvery. While they are
-// long it times one in timeLongEvery, to see soon when they are short
-// again. Timing each long task cost 5% of the processor time of a million
-// 10 ms sleeps (sleep 1u-1Mt) in clock reads; with one in eight, crew's
-// sleep cells were 1.05x-1.22x faster in medians of four interleaved
-// rounds.
+// and spilling (see yieldBeforeSpill). Two clock reads cost about as much
+// as a tiny task, so while tasks are short a worker times one in
+// timeEvery. While they are long it times one in timeLongEvery, to see
+// soon when they are short again: blocking tasks use little processor
+// time, and timing each of them would add a noticeable share to it.
 func (w *worker[T]) runTimed(t T) {
 	e := w.e
 	began := e.now()
@@ -414,10 +410,11 @@ const (
 // would only wait for Exit to wake it (and hold a sudog meanwhile: one
 // allocation per worker of a pool that stops behind a backlog). Its last
 // look waits for busy spill queues, which the searchers' scans skip,
-// rather than retire and start another worker for a task it could take. A producer whose push began
-// before Close, or that finds no searcher now, finds room to start a
-// worker, since we have left; and a push made before we left is seen by
-// the count below. The caller is no longer counted as a searcher.
+// rather than retire and start another worker for a task it could take.
+// A producer whose push began before Close, or that finds no searcher
+// now, finds room to start a worker, since we have left; and a push made
+// before we left is seen by the count below. The caller is no longer
+// counted as a searcher.
 func (w *worker[T]) leave() (t T, r parkResult) {
 	e := w.e
 	if t, ok := w.pop(true); ok {

@@ -13,8 +13,8 @@ import (
 
 // Starting a worker allocates the worker and nothing else: a go statement
 // that passed the worker to its goroutine would allocate a closure too,
-// once per start (35,000 starts in a run of the sleep 1u-1Mt matrix cell).
-// With no other worker live, the worker's slab holds only it (see enlist).
+// once per start. With no other worker live, the worker's slab holds only
+// it (see enlist).
 func TestWorkerStartAllocatesOnlyTheWorker(t *testing.T) {
 	leak.Check(t)
 	// Without an idle timeout, each worker retires as soon as it finds no
@@ -40,8 +40,8 @@ func TestWorkerStartAllocatesOnlyTheWorker(t *testing.T) {
 }
 
 // Workers are allocated a slab at a time, each as large as the live
-// workers were: a burst of 512 starts makes some 20 allocations (slabs and
-// the list of live workers), not one per worker.
+// workers were: a burst of 512 starts makes at most 32 allocations (slabs
+// and the list of live workers), not one per worker.
 func TestEnlistAllocatesSlabs(t *testing.T) {
 	leak.Check(t)
 	e := newFuncEngine(1)
@@ -64,11 +64,11 @@ func TestEnlistAllocatesSlabs(t *testing.T) {
 }
 
 // A stall check with GOMAXPROCS workers may wake a parked worker, never
-// start one. Here the engine has that many workers, all busy, and a stand-in worker
-// is listed and unlisted in a loop, as a worker in its last look is. Until
-// the parked-rate wake stopped falling back to starting a worker when the
-// one it saw had left the list, this started 79-723 workers in 300 ms, as
-// often as every 10 µs (found by review).
+// start one. Here the engine has that many workers, all busy, and a
+// stand-in worker is listed and unlisted in a loop, as a worker in its
+// last look is. A parked-rate wake that fell back to starting a worker
+// when the one it saw had left the list would start workers here at the
+// parked rate.
 func TestWakeStaleAtTheLimitStartsNoWorker(t *testing.T) {
 	leak.Check(t)
 	limit := int64(runtime.GOMAXPROCS(0))
@@ -120,8 +120,6 @@ func TestWakeStaleAtTheLimitStartsNoWorker(t *testing.T) {
 // A stall beside a searcher that does not run, as one that yielded behind
 // a million runnable producers, wakes no new worker beyond GOMAXPROCS: the
 // processors are busy, and a new worker would wait like the searcher.
-// Before the cap, stalls started some 180 workers a run in the matrix's
-// rand 1Mu-1t cell.
 func TestStallStartsNoWorkerBeyondGOMAXPROCS(t *testing.T) {
 	leak.Check(t)
 	procs := int64(runtime.GOMAXPROCS(0))
@@ -146,9 +144,9 @@ func TestStallStartsNoWorkerBeyondGOMAXPROCS(t *testing.T) {
 }
 
 // With nobody to wake (every worker busy at the limit, none parked), a
-// push makes no stall look: a look reads lines that workers write, which
-// cost busy producers 3.5-10% of BenchmarkDispatch's time per task. A look
-// that ran would leave the shard's read count in checked.
+// push makes no stall look: a look reads lines that workers write, a cost
+// that busy producers should not pay. A look that ran would leave the
+// shard's read count in checked.
 func TestNoStallLookWithNobodyToWake(t *testing.T) {
 	leak.Check(t)
 	e := busy(t, 2)
@@ -172,9 +170,8 @@ func TestNoStallLookWithNobodyToWake(t *testing.T) {
 // A searcher that does not run (here a stand-in count) is noticed by the
 // third push into a shard after the workers stopped taking tasks: that
 // push wakes the parked worker. After 2*shards+1 pushes some shard has had
-// three. Looking at every fourth push into a shard, as before, took eight
-// or more pushes into one shard (some 30 over four shards), which at half
-// load set a p99 queue wait of 44-94 µs.
+// three. The sooner a stall is noticed, the shorter the wait of the tasks
+// queued behind a searcher that does not run.
 func TestStallNoticedWithinThreePushesIntoAShard(t *testing.T) {
 	leak.Check(t)
 	e := New(Config[func()]{MinWorkers: 2, MaxWorkers: 2, QueueSize: -1, IdleTimeout: time.Hour, Run: func(f func()) { f() }})
@@ -243,9 +240,10 @@ func occupy(t *testing.T, e *Engine[func()], n int64) chan struct{} {
 // would wait until the worker that takes its processor runs out of tasks
 // or is preempted, making an unbounded Push as slow as the tasks. On one
 // processor, with short tasks first (so the producer yields), then 1,000
-// tasks of 50 µs of processor time each: before the workers timed tasks,
-// 936-976 had run when the last Push returned; now at most the ringfuls
-// before the first long one timed.
+// tasks of 50 µs of processor time each. A producer paced by them would
+// make its last push only after most had run; one that stops yielding once
+// a long task is timed makes it with a few ringfuls run. The test fails if
+// more than half have run.
 func TestLongTasksDoNotPaceTheProducer(t *testing.T) {
 	leak.Check(t)
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
@@ -309,8 +307,8 @@ func TestProducersYieldOnFewProcessorsOnly(t *testing.T) {
 
 // Workers of a closed engine retire as they find the queue empty, rather
 // than park until Exit wakes them: parked, each would hold a sudog, one
-// allocation per worker of a pool stopped behind a backlog (some 23,000 a
-// run of the sleep 1u-1Mt matrix cell). The tasks still all run.
+// allocation per worker of a pool stopped behind a backlog. The tasks
+// still all run.
 func TestClosedEngineWorkersRetireWithoutParking(t *testing.T) {
 	leak.Check(t)
 	e := New(Config[func()]{MaxWorkers: 8, QueueSize: -1, IdleTimeout: time.Hour, Run: func(f func()) { f() }})
@@ -336,8 +334,8 @@ func TestClosedEngineWorkersRetireWithoutParking(t *testing.T) {
 
 // A closed engine whose one queued task sits in a cell that a producer has
 // claimed and not yet filled starts no worker for it: its workers park for
-// the producer's wake. (Found by review: they left and each started the
-// next, some 1,700 worker starts in 50 ms.)
+// the producer's wake. Workers that left instead would each start the
+// next, a churn of starts for as long as the cell stays unfilled.
 func TestClosedEngineStartsNoWorkerForAClaimedCell(t *testing.T) {
 	leak.Check(t)
 	var starts atomic.Int64
@@ -365,9 +363,9 @@ func TestClosedEngineStartsNoWorkerForAClaimedCell(t *testing.T) {
 }
 
 // A closed engine keeps no minimum: once its workers have retired, neither
-// the reaper nor a Resize starts new ones. (Found by review: the reaper
-// armed before Close started WithMinWorkers' workers, which ran the
-// user's NewRunner and retired at once.)
+// the reaper nor a Resize starts new ones. A reaper armed before Close
+// that kept the minimum would start workers that run the user's NewRunner
+// only to retire at once.
 func TestClosedEngineKeepsNoMinimum(t *testing.T) {
 	leak.Check(t)
 	var starts atomic.Int64
@@ -401,9 +399,9 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 }
 
 // Workers of a closed engine that parked while a claimed cell was still
-// unfilled all retire once one of them has taken that task, without Exit.
-// (Found by review: the others waited for Exit or the idle timeout, which
-// a pool stopped from inside its own task may never see.)
+// unfilled all retire once one of them has taken that task, without Exit:
+// a pool stopped from inside its own task may never call Exit, and the
+// idle timeout may be long.
 func TestClosedEngineParkedWorkersRetireOnceTheQueueEmpties(t *testing.T) {
 	leak.Check(t)
 	e := New(Config[func()]{MaxWorkers: 4, QueueSize: -1, IdleTimeout: time.Hour, Run: func(f func()) { f() }})
@@ -476,10 +474,11 @@ func claimCell(t *testing.T, e *Engine[func()]) (fill func(func())) {
 }
 
 // Concurrent Resize calls leave the capacity of a bounded engine at the
-// limit that the last of them stored, plus the queue (bug 88: the limit
-// and the capacity were stored one after the other, and a Resize in
-// between left them from different calls: a queue of 0 took 5 tasks under
-// a limit of 4, or 2 under 4).
+// limit that the last of them stored, plus the queue. Resize stores the
+// two one after the other, so calls must not interleave (resizeMu):
+// interleaved, they would leave the limit and the capacity from different
+// calls, and the engine would admit more tasks than its limit and queue
+// allow, or fewer.
 func TestConcurrentResizeKeepsTheCapacityInStep(t *testing.T) {
 	leak.Check(t)
 	e := New(Config[func()]{MaxWorkers: 1, QueueSize: 0, Run: func(f func()) { f() }})
