@@ -38,14 +38,14 @@ func TestBadInputNegativeIdleTimeout(t *testing.T) {
 }
 
 // The largest sizes are valid and must work, not overflow. (MaxWorkers +
-// QueueSize overflowed until 015e8c0: every TrySubmit failed and Go waited
+// QueueSize overflowed until 015e8c0: every TryGo failed and Go waited
 // forever.)
 func TestBadInputHugeWorkerLimitWithBoundedQueue(t *testing.T) {
 	leak.Check(t)
 	p := crew.New(math.MaxInt, crew.WithQueueSize(1))
 	defer p.Stop()
-	if !p.TrySubmit(func() {}) {
-		t.Fatal("TrySubmit refused a task on an empty pool with a huge limit")
+	if !p.TryGo(func() {}) {
+		t.Fatal("TryGo refused a task on an empty pool with a huge limit")
 	}
 	mustReturn(t, trapDeadline, "Go on an empty pool with a huge limit", func() {
 		if err := p.Go(func() {}); err != nil {
@@ -61,8 +61,8 @@ func TestBadInputResizeToHugeLimitWithBoundedQueue(t *testing.T) {
 	if err := p.Resize(math.MaxInt); err != nil {
 		t.Fatal(err)
 	}
-	if !p.TrySubmit(func() {}) {
-		t.Fatal("TrySubmit refused a task after Resize(math.MaxInt)")
+	if !p.TryGo(func() {}) {
+		t.Fatal("TryGo refused a task after Resize(math.MaxInt)")
 	}
 }
 
@@ -90,7 +90,7 @@ func TestBadInputNilOption(t *testing.T) {
 
 // WithCrashOnPanic and WithPanicHandler ask for opposite things. (Until
 // 015e8c0 the last one given won without a word, and until the seventh
-// session NewFunc and NewWorkerPool still let crashing win.)
+// session NewFunc and NewFuncWithState still let crashing win.)
 func TestBadInputCrashOnPanicWithPanicHandler(t *testing.T) {
 	leak.Check(t)
 	handler := crew.WithPanicHandler(func(*crew.PanicError) {})
@@ -109,16 +109,16 @@ func TestBadInputCrashOnPanicWithPanicHandler(t *testing.T) {
 	}
 }
 
-func TestBadInputSubmitCtxNilContext(t *testing.T) {
+func TestBadInputGoContextNilContext(t *testing.T) {
 	leak.Check(t)
 	p := crew.New(1)
 	defer p.Stop()
 	var err error
 	_, panicked := newPanic(func() {
-		err = p.SubmitCtx(nil, func() {}) //nolint:staticcheck // testing the check
+		err = p.GoContext(nil, func() {}) //nolint:staticcheck // testing the check
 	})
 	if panicked || !errors.Is(err, crew.ErrInvalid) {
-		t.Fatalf("SubmitCtx(nil): err %v, panicked %v; want an error wrapping ErrInvalid", err, panicked)
+		t.Fatalf("GoContext(nil): err %v, panicked %v; want an error wrapping ErrInvalid", err, panicked)
 	}
 }
 
@@ -142,15 +142,15 @@ func TestBadInputShutdownNilContext(t *testing.T) {
 
 // A nil *Pool (a struct field never set) reports ErrInvalid like the zero
 // Pool does. (It panicked with a nil dereference until 015e8c0, as did a nil
-// Option and SubmitCtx with a nil context.)
+// Option and GoContext with a nil context.)
 func TestBadInputNilPool(t *testing.T) {
 	var p *crew.Pool
 	if err, panicked := newPanic(func() {
 		if err := p.Go(func() {}); !errors.Is(err, crew.ErrInvalid) {
 			t.Errorf("nil Pool: Go = %v", err)
 		}
-		if p.TrySubmit(func() {}) {
-			t.Error("nil Pool: TrySubmit = true")
+		if p.TryGo(func() {}) {
+			t.Error("nil Pool: TryGo = true")
 		}
 		p.Wait()
 		if _, ok := p.Latency(); ok || p.Name() != "" {
@@ -222,8 +222,8 @@ func TestBadInputUseAfterStop(t *testing.T) {
 	if s := p.Stats(); s.Workers != 0 {
 		t.Fatalf("Resize after Stop started %d workers", s.Workers)
 	}
-	if p.TrySubmit(func() {}) {
-		t.Fatal("TrySubmit after Stop")
+	if p.TryGo(func() {}) {
+		t.Fatal("TryGo after Stop")
 	}
 	if err := p.Submit(func(context.Context) error { return nil }).Wait(); err != crew.ErrStopped {
 		t.Fatalf("Submit after Stop = %v", err)

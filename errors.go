@@ -38,9 +38,6 @@ var (
 	// ErrInvalid is wrapped by the errors (and construction panics) that
 	// report an invalid argument, such as a worker limit below 1.
 	ErrInvalid = errors.New("crew: invalid argument")
-
-	// errZeroPool is returned by the methods of a Pool not made by New.
-	errZeroPool = fmt.Errorf("%w: Pool must be created with crew.New", ErrInvalid)
 )
 
 // PanicError is a panic recovered from a task, with the stack of the

@@ -53,22 +53,22 @@ func ExamplePool_Submit() {
 	// true bug
 }
 
-func ExamplePool_TrySubmit() {
+func ExamplePool_TryGo() {
 	release := make(chan struct{})
 	p := crew.New(1, crew.WithQueueSize(1))
 	defer p.Stop()
 	defer close(release)
 
-	fmt.Println(p.TrySubmit(func() { <-release })) // runs
-	fmt.Println(p.TrySubmit(func() { <-release })) // queued
-	fmt.Println(p.TrySubmit(func() { <-release })) // no room
+	fmt.Println(p.TryGo(func() { <-release })) // runs
+	fmt.Println(p.TryGo(func() { <-release })) // queued
+	fmt.Println(p.TryGo(func() { <-release })) // no room
 	// Output:
 	// true
 	// true
 	// false
 }
 
-func ExamplePool_SubmitCtx() {
+func ExamplePool_GoContext() {
 	release := make(chan struct{})
 	p := crew.New(1, crew.WithQueueSize(0))
 	defer p.Stop()
@@ -77,7 +77,7 @@ func ExamplePool_SubmitCtx() {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
 	defer cancel()
-	err := p.SubmitCtx(ctx, func() {}) // waits for room, gives up with ctx
+	err := p.GoContext(ctx, func() {}) // waits for room, gives up with ctx
 	fmt.Println(err)
 	// Output: context deadline exceeded
 }

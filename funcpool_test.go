@@ -1,8 +1,10 @@
 package crew_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -108,7 +110,7 @@ func TestFuncPoolErrorsPanicsAndGoexit(t *testing.T) {
 }
 
 // Shutdown drops the values still queued when its deadline passes and
-// cancels the function's context; TryInvoke, InvokeCtx and the
+// cancels the function's context; TryInvoke, InvokeContext and the
 // non-blocking mode behave like the Pool's.
 // A call that fails counts once in Failed, also when the error handler
 // panics (the engine then counts it, as a panic).
@@ -145,12 +147,12 @@ func TestFuncPoolShutdownAndSubmissionModes(t *testing.T) {
 		t.Fatal("TryInvoke succeeded on a full queue")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
-	if err := p.InvokeCtx(ctx, 5); err != context.DeadlineExceeded {
-		t.Fatalf("InvokeCtx on a full queue = %v", err)
+	if err := p.InvokeContext(ctx, 5); err != context.DeadlineExceeded {
+		t.Fatalf("InvokeContext on a full queue = %v", err)
 	}
 	cancel()
-	if err := p.InvokeCtx(nil, 5); !errors.Is(err, crew.ErrInvalid) { //nolint:staticcheck // testing the check
-		t.Fatalf("InvokeCtx(nil) = %v", err)
+	if err := p.InvokeContext(nil, 5); !errors.Is(err, crew.ErrInvalid) { //nolint:staticcheck // testing the check
+		t.Fatalf("InvokeContext(nil) = %v", err)
 	}
 	sctx, scancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
 	defer scancel()
@@ -191,11 +193,10 @@ func TestFuncPoolBadInput(t *testing.T) {
 		"nil function":     func() { crew.NewFunc[int](1, nil) },
 		"nil option":       func() { crew.NewFunc(1, fn, nil) },
 		"nil Option":       func() { crew.NewFunc(1, fn, crew.Option(nil)) },
-		"nil handler":      func() { crew.WithErrorHandler(nil) },
+		"nil handler":      func() { crew.NewFunc(1, fn, crew.WithErrorHandler(nil)) },
 		"min above max":    func() { crew.NewFunc(1, fn, crew.WithMinWorkers(2)) },
 		"unbounded nb":     func() { crew.NewFunc(1, fn, crew.WithNonBlocking()) },
-		"worker nil state": func() { crew.NewWorkerPool[int, int](1, nil, nil, nil) },
-		"observability":    func() { crew.NewFunc(1, fn, crew.WithName("x")) },
+		"worker nil state": func() { crew.NewFuncWithState[int, int](1, nil, nil, nil) },
 	} {
 		if err, ok := recoverErr(f); !ok || !errors.Is(err, crew.ErrInvalid) {
 			t.Errorf("%s: panic %v, want an error wrapping ErrInvalid", name, err)
@@ -210,8 +211,8 @@ func TestFuncPoolBadInput(t *testing.T) {
 		if p.TryInvoke(1) || p.Resize(2) == nil || p.Shutdown(context.Background()) == nil {
 			t.Error("zero FuncPool accepted work")
 		}
-		if err := p.InvokeCtx(context.Background(), 1); !errors.Is(err, crew.ErrInvalid) {
-			t.Errorf("zero FuncPool: InvokeCtx = %v", err)
+		if err := p.InvokeContext(context.Background(), 1); !errors.Is(err, crew.ErrInvalid) {
+			t.Errorf("zero FuncPool: InvokeContext = %v", err)
 		}
 		p.Wait()
 		p.Stop()
@@ -225,5 +226,86 @@ func TestFuncPoolBadInput(t *testing.T) {
 	}
 	if err := p.Resize(3); err != nil || p.Stats().MaxWorkers != 3 {
 		t.Fatalf("Resize(3) = %v, limit %d", err, p.Stats().MaxWorkers)
+	}
+}
+
+// The observability options work on function pools as on a Pool: hooks
+// see each call with the function's error, the histograms count them,
+// the logger gets panics and the summary, and the pool has its name.
+func TestFuncPoolObservability(t *testing.T) {
+	leak.Check(t)
+	boom := errors.New("boom")
+	for _, stateful := range []bool{false, true} {
+		var mu sync.Mutex
+		var buf bytes.Buffer
+		var starts, finishes, panics, workers, retired atomic.Int64
+		var errs []error
+		hooks := crew.Hooks{
+			TaskStart: func(crew.TaskEvent) { starts.Add(1) },
+			TaskFinish: func(ev crew.TaskEvent) {
+				finishes.Add(1)
+				if ev.Err != nil {
+					mu.Lock()
+					errs = append(errs, ev.Err)
+					mu.Unlock()
+				}
+			},
+			Panic:        func(crew.TaskEvent) { panics.Add(1) },
+			WorkerStart:  func(crew.WorkerEvent) { workers.Add(1) },
+			WorkerRetire: func(crew.WorkerEvent) { retired.Add(1) },
+		}
+		opts := []crew.Option{crew.WithName("fp"), crew.WithHooks(hooks), crew.WithLatency(),
+			crew.WithLogger(slog.New(slog.NewJSONHandler(&lockedWriter{w: &buf, mu: &mu}, nil))),
+			crew.WithPanicHandler(func(*crew.PanicError) {})}
+		fn := func(_ context.Context, v int) error {
+			switch v {
+			case 1:
+				return boom
+			case 2:
+				panic("fp")
+			}
+			return nil
+		}
+		var p *crew.FuncPool[int]
+		if stateful {
+			p = crew.NewFuncWithState(2, func(context.Context) (int, error) { return 0, nil }, nil,
+				func(ctx context.Context, _ int, v int) error { return fn(ctx, v) }, opts...)
+		} else {
+			p = crew.NewFunc(2, fn, opts...)
+		}
+		for v := range 10 {
+			if err := p.Invoke(v); err != nil {
+				t.Fatal(err)
+			}
+		}
+		p.Wait()
+		lat, ok := p.Latency()
+		p.Stop()
+		if !ok || lat.Run.Count != 10 || lat.Wait.Count != 10 {
+			t.Fatalf("stateful %v: latency %v, %+v; want 10 waits and runs", stateful, ok, lat)
+		}
+		mu.Lock()
+		recs := logRecords(t, &buf)
+		var booms, panicErrs int
+		for _, err := range errs {
+			var pe *crew.PanicError
+			switch {
+			case err == boom:
+				booms++
+			case errors.As(err, &pe):
+				panicErrs++
+			}
+		}
+		mu.Unlock()
+		if starts.Load() != 10 || finishes.Load() != 10 || panics.Load() != 1 || booms != 1 || panicErrs != 1 {
+			t.Errorf("stateful %v: %d starts, %d finishes, %d panics, errors %d boom and %d panics; want 10, 10, 1, 1 and 1",
+				stateful, starts.Load(), finishes.Load(), panics.Load(), booms, panicErrs)
+		}
+		if workers.Load() == 0 || retired.Load() != workers.Load() {
+			t.Errorf("stateful %v: %d workers started, %d retired", stateful, workers.Load(), retired.Load())
+		}
+		if p.Name() != "fp" || len(recs) != 2 || recs[1]["msg"] != "crew: pool stopped" || recs[1]["failed"] != 2.0 {
+			t.Errorf("stateful %v: name %q, log %v", stateful, p.Name(), recs)
+		}
 	}
 }

@@ -23,7 +23,7 @@ func TestFutureValue(t *testing.T) {
 	p := crew.New(2)
 	defer p.Stop()
 	gate := make(chan struct{})
-	f := crew.Do(p, func(ctx context.Context) (string, error) {
+	f := crew.Submit(p, func(ctx context.Context) (string, error) {
 		<-gate
 		return "hello", nil
 	})
@@ -47,48 +47,41 @@ func TestFutureErrors(t *testing.T) {
 	p := crew.New(2)
 	defer p.Stop()
 	boom := errors.New("boom")
-	if v, err := waitFuture(t, crew.Do(p, func(ctx context.Context) (int, error) { return 7, boom })); v != 7 || err != boom {
+	if v, err := waitFuture(t, crew.Submit(p, func(ctx context.Context) (int, error) { return 7, boom })); v != 7 || err != boom {
 		t.Fatalf("Wait = %d, %v; want 7, boom", v, err)
 	}
-	_, err := waitFuture(t, crew.Do(p, func(ctx context.Context) (int, error) { panic("oops") }))
+	_, err := waitFuture(t, crew.Submit(p, func(ctx context.Context) (int, error) { panic("oops") }))
 	var pe *crew.PanicError
 	if !errors.As(err, &pe) || pe.Value != "oops" {
 		t.Fatalf("Wait = %v, want a *PanicError", err)
 	}
-	if _, err := waitFuture(t, crew.Do[int](p, nil)); err != crew.ErrNilTask {
-		t.Fatalf("Do(nil) = %v", err)
+	if _, err := waitFuture(t, crew.Submit[int](p, nil)); err != crew.ErrNilTask {
+		t.Fatalf("Submit(nil) = %v", err)
 	}
-	if _, err := waitFuture(t, crew.Do(nil, func(ctx context.Context) (int, error) { return 1, nil })); !errors.Is(err, crew.ErrInvalid) {
-		t.Fatalf("Do on a nil pool = %v", err)
+	if _, err := waitFuture(t, crew.Submit(nil, func(ctx context.Context) (int, error) { return 1, nil })); !errors.Is(err, crew.ErrInvalid) {
+		t.Fatalf("Submit on a nil pool = %v", err)
 	}
 	stopped := crew.New(1)
 	stopped.Stop()
-	if _, err := waitFuture(t, crew.Do(stopped, func(ctx context.Context) (int, error) { return 1, nil })); err != crew.ErrStopped {
-		t.Fatalf("Do on a stopped pool = %v", err)
+	if _, err := waitFuture(t, crew.Submit(stopped, func(ctx context.Context) (int, error) { return 1, nil })); err != crew.ErrStopped {
+		t.Fatalf("Submit on a stopped pool = %v", err)
 	}
 }
 
-func TestFutureTimeoutAndRepanic(t *testing.T) {
+// A Future's function receives the pool's context: cancelled by Shutdown's
+// deadline, like a Submit task's.
+func TestFutureGetsThePoolContext(t *testing.T) {
 	leak.Check(t)
-	p := crew.New(2)
+	parent, cancel := context.WithCancel(context.Background())
+	p := crew.New(2, crew.WithContext(parent))
 	defer p.Stop()
-	f := crew.Do(p, func(ctx context.Context) (bool, error) {
-		_, ok := ctx.Deadline()
+	f := crew.Submit(p, func(ctx context.Context) (bool, error) {
 		<-ctx.Done()
-		return ok, ctx.Err()
-	}, crew.WithTaskTimeout(10*time.Millisecond))
-	if ok, err := waitFuture(t, f); !ok || !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("Wait = %v, %v; want a deadline and DeadlineExceeded", ok, err)
-	}
-
-	g := crew.Do(p, func(ctx context.Context) (int, error) { panic("again") }, crew.WithRepanic())
-	var v any
-	within(t, groupDeadline, "Wait", func() {
-		defer func() { v = recover() }()
-		g.Wait()
+		return true, context.Cause(ctx)
 	})
-	if pe, ok := v.(*crew.PanicError); !ok || pe.Value != "again" {
-		t.Fatalf("Wait panicked with %#v", v)
+	cancel()
+	if ok, err := waitFuture(t, f); !ok || !errors.Is(err, context.Canceled) {
+		t.Fatalf("Wait = %v, %v; want true, context.Canceled", ok, err)
 	}
 }
 
@@ -98,13 +91,13 @@ func TestFutureDroppedByShutdown(t *testing.T) {
 	leak.Check(t)
 	p := crew.New(1)
 	running := make(chan struct{})
-	blocker := crew.Do(p, func(ctx context.Context) (int, error) {
+	blocker := crew.Submit(p, func(ctx context.Context) (int, error) {
 		close(running)
 		<-ctx.Done() // Shutdown drains the queue before it cancels ctx
 		return 0, ctx.Err()
 	})
 	<-running
-	queued := crew.Do(p, func(ctx context.Context) (int, error) { return 1, nil })
+	queued := crew.Submit(p, func(ctx context.Context) (int, error) { return 1, nil })
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
 	defer cancel()
 	p.Shutdown(ctx)

@@ -16,7 +16,7 @@ import (
 )
 
 // FuzzPool is a model-based test of Pool. The input is a program: a pool
-// configuration and a list of operations (Go, Submit, TrySubmit, SubmitCtx,
+// configuration and a list of operations (Go, Submit, TryGo, GoContext,
 // Resize, Wait, Stats, Stop, Shutdown, Task.Wait, and groups on the pool: a
 // Group, WithLimit(1) or WithAllErrors or not, a ResultGroup and a MapErr,
 // each given up to eight tasks and waited for) split over up to four
@@ -33,7 +33,7 @@ import (
 //     so far (exactly the limit when the program never resizes);
 //   - each call returns an error it is documented to return, and only in the
 //     state where it may (ErrStopped only after Stop or Shutdown began,
-//     ErrQueueFull only on a bounded queue, a false TrySubmit only on a
+//     ErrQueueFull only on a bounded queue, a false TryGo only on a
 //     bounded or stopped pool);
 //   - Wait returns, and when it does every task the caller had submitted
 //     before it has finished (unless a Shutdown may have dropped it);
@@ -98,8 +98,8 @@ const (
 	foGo = iota
 	foGo2
 	foSubmit
-	foTrySubmit
-	foSubmitCtx
+	foTryGo
+	foGoContext
 	foResize
 	foWait
 	foStats
@@ -110,7 +110,7 @@ const (
 	foYield           // let the other actors run
 	foGroup           // a Group of tasks on the pool, then its Wait (fuzz_group_test.go)
 	foResults         // a ResultGroup or MapErr on the pool (fuzz_group_test.go)
-	foSubmitCtxCancel // SubmitCtx with a context that ends soon
+	foGoContextCancel // GoContext with a context that ends soon
 )
 
 var (
@@ -280,11 +280,11 @@ func (m *fuzzModel) body(ft *fuzzTask, ctx context.Context) error {
 			ft.group.goChild()
 			break
 		}
-		// A child submitted from inside a task; TrySubmit never waits, so
+		// A child submitted from inside a task; TryGo never waits, so
 		// it cannot deadlock a bounded pool.
 		child := m.newTask(fkNoop, false)
 		pctx := m.p.Context()
-		m.settle(child, m.p.TrySubmit(func() { m.body(child, pctx) }), nil, "nested TrySubmit")
+		m.settle(child, m.p.TryGo(func() { m.body(child, pctx) }), nil, "nested TryGo")
 	}
 	return nil
 }
@@ -297,7 +297,7 @@ func (m *fuzzModel) settle(ft *fuzzTask, ok bool, err error, call string) {
 	}
 	ft.refused = true
 	switch {
-	case err == nil: // TrySubmit said false
+	case err == nil: // TryGo said false
 		if !m.stopBegun.Load() && m.prog.queue < 0 {
 			m.errorf("%s refused a task on an unbounded pool that was not stopped", call)
 		}
@@ -310,12 +310,12 @@ func (m *fuzzModel) settle(ft *fuzzTask, ok bool, err error, call string) {
 			m.errorf("%s = ErrQueueFull on an unbounded pool", call)
 		}
 		if !m.prog.nonBlocking || call != "Go" {
-			// SubmitCtx waits for room even WithNonBlocking; TrySubmit
+			// GoContext waits for room even WithNonBlocking; TryGo
 			// reports false, not an error.
 			m.errorf("%s = ErrQueueFull (non-blocking pool: %v)", call, m.prog.nonBlocking)
 		}
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		if call != "SubmitCtx" {
+		if call != "GoContext" {
 			m.errorf("%s = %v", call, err)
 		}
 	default:
@@ -421,19 +421,19 @@ func (m *fuzzModel) actor(ops []fuzzOp) {
 				mine = append(mine, ft)
 				lastSubmit = ft
 			}
-		case foTrySubmit:
+		case foTryGo:
 			for range count {
 				ft := m.newTask(kind, false)
 				pctx := p.Context()
-				ok := p.TrySubmit(func() { m.body(ft, pctx) })
-				m.settle(ft, ok, nil, "TrySubmit")
+				ok := p.TryGo(func() { m.body(ft, pctx) })
+				m.settle(ft, ok, nil, "TryGo")
 				mine = append(mine, ft)
 			}
-		case foSubmitCtx, foSubmitCtxCancel:
+		case foGoContext, foGoContextCancel:
 			var ctx context.Context
 			var cancel context.CancelFunc
 			switch mode := (op.arg >> 6) & 3; {
-			case op.code == foSubmitCtx && mode < 2:
+			case op.code == foGoContext && mode < 2:
 				ctx, cancel = context.WithCancel(context.Background())
 			case mode == 0:
 				ctx, cancel = context.WithCancel(context.Background())
@@ -447,11 +447,11 @@ func (m *fuzzModel) actor(ops []fuzzOp) {
 				ft := m.newTask(kind, false)
 				pctx := p.Context()
 				pre := ctx.Err()
-				err := p.SubmitCtx(ctx, func() { m.body(ft, pctx) })
+				err := p.GoContext(ctx, func() { m.body(ft, pctx) })
 				if pre != nil && err != pre {
-					m.errorf("SubmitCtx with a done context = %v, want %v", err, pre)
+					m.errorf("GoContext with a done context = %v, want %v", err, pre)
 				}
-				m.settle(ft, err == nil, err, "SubmitCtx")
+				m.settle(ft, err == nil, err, "GoContext")
 				mine = append(mine, ft)
 			}
 			cancel()

@@ -2,7 +2,6 @@ package crew
 
 import (
 	"context"
-	"sync"
 )
 
 // A Group runs tasks on a pool as one unit of work, with the semantics of
@@ -33,20 +32,16 @@ type Group struct {
 	c core[func(context.Context) error]
 }
 
-// groupChunks recycles the queue chunks of finished Groups.
-var groupChunks sync.Pool
-
 // NewGroup returns a group of tasks that run on p. The group's context is
 // derived from ctx; it is cancelled when a task fails (unless
 // WithAllErrors), when ctx is, when p's context is (Shutdown's deadline,
-// see Pool.Context) and when Wait returns. A group costs seven small
-// allocations whatever the number of its tasks (itself, its context, the
-// link to the pool's context, the step it submits). NewGroup panics with an
-// error wrapping ErrInvalid if ctx is nil.
+// see Pool.Context) and when Wait returns. A group costs a few small
+// allocations whatever the number of its tasks. NewGroup panics with an
+// error wrapping ErrInvalid if ctx is nil or an option is nil or invalid.
 func NewGroup(ctx context.Context, p *Pool, opts ...GroupOption) *Group {
 	g := new(Group)
 	g.c.exec = runGroupTask
-	g.c.init(ctx, p, opts, &groupChunks)
+	g.c.mustInit(ctx, p, opts)
 	return g
 }
 
@@ -64,9 +59,7 @@ func runGroupTask(ctx context.Context, _ int, task func(context.Context) error) 
 // task waits in the group's queue until the pool and the group's limit let
 // it start; when thousands wait, Go yields the processor now and then so
 // that they catch up. Go allocates nothing beyond the task's own closure
-// (the group's queue grows in recycled chunks, 16 bytes per waiting task);
-// Go, Wait and the run of a tiny task together cost about 100 ns on two
-// cores.
+// (the group's queue grows in recycled chunks).
 //
 // Go returns an error, and the task never runs, only when the group cannot
 // accept it: ErrGroupDone after Wait has returned, ErrNilTask for a nil
@@ -78,20 +71,23 @@ func runGroupTask(ctx context.Context, _ int, task func(context.Context) error) 
 // group; Wait then waits for the new task too.
 //
 // If the pool's queue is bounded and full, the task stays in the group's
-// queue and a goroutine of the group waits for room to submit its step
+// queue and the group's own goroutine waits for room to submit its step
 // (the group's running tasks or Wait may run it sooner). If the pool
 // begins to stop before then, the task runs only if a running task of the
 // group takes it on as it finishes; otherwise it is skipped and Wait
 // reports ErrStopped.
 func (g *Group) Go(task func(ctx context.Context) error) error {
-	if g == nil {
-		return errZeroGroup
-	}
-	if task == nil && g.c.ctx != nil {
-		g.c.fail(ErrNilTask)
-		return ErrNilTask
-	}
-	return g.c.push(task)
+	return g.core().accept(task, task == nil, false)
+}
+
+// TryGo is Go for a task that must start at once: it accepts task only if
+// the group's limit (WithLimit) leaves room for it to start now, as
+// errgroup's TryGo does, and reports whether it did. Without a limit it is
+// Go. It returns false, and records nothing, when the limit is reached;
+// for the reasons Go returns an error it returns false and records them as
+// Go does.
+func (g *Group) TryGo(task func(ctx context.Context) error) bool {
+	return g.core().accept(task, task == nil, true) == nil
 }
 
 // Wait blocks until every task submitted with Go has finished or been
@@ -116,19 +112,17 @@ func (g *Group) Go(task func(ctx context.Context) error) error {
 //
 // When Wait returns, the group's context is cancelled and later Go calls
 // return ErrGroupDone; later Wait calls return the same result at once.
-func (g *Group) Wait() error {
-	if g == nil {
-		return errZeroGroup
-	}
-	return g.c.wait()
-}
+func (g *Group) Wait() error { return g.core().wait() }
 
 // Context returns the group's context: the one its tasks receive (without
 // WithTaskTimeout's deadline), cancelled by the first error and when Wait
 // returns.
-func (g *Group) Context() context.Context {
+func (g *Group) Context() context.Context { return g.core().context() }
+
+// core returns g's core, nil for a nil Group.
+func (g *Group) core() *core[func(context.Context) error] {
 	if g == nil {
 		return nil
 	}
-	return g.c.ctx
+	return &g.c
 }

@@ -42,7 +42,7 @@ func BenchmarkDo(b *testing.B) {
 	f := func(context.Context) (int, error) { return 1, nil }
 	b.ReportAllocs()
 	for b.Loop() {
-		crew.Do(p, f).Wait()
+		crew.Submit(p, f).Wait()
 	}
 }
 

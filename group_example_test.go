@@ -164,7 +164,7 @@ func ExampleDo() {
 	p := crew.New(2)
 	defer p.Stop()
 
-	f := crew.Do(p, func(ctx context.Context) (int, error) {
+	f := crew.Submit(p, func(ctx context.Context) (int, error) {
 		return 6 * 7, nil
 	})
 	// ... do something else meanwhile ...
@@ -177,7 +177,7 @@ func ExampleFuture_Done() {
 	p := crew.New(2)
 	defer p.Stop()
 
-	f := crew.Do(p, func(ctx context.Context) (string, error) {
+	f := crew.Submit(p, func(ctx context.Context) (string, error) {
 		return "", errors.New("no such user")
 	})
 	select {

@@ -2,50 +2,53 @@ package crew
 
 import (
 	"errors"
-	"fmt"
 	"time"
 )
 
-// ErrGroupDone is returned by Go on a Group, ResultGroup or Stream whose Wait
-// has returned. Go during Wait is allowed (Wait waits for that task too);
+// ErrGroupDone is returned by Go on a Group, ResultGroup or Stream whose
+// Wait has returned. Go during Wait is allowed (Wait waits for that task too);
 // once Wait has returned, the group is finished and its context cancelled.
 var ErrGroupDone = errors.New("crew: group is done: Go after Wait returned")
 
 // errZeroGroup is returned by the methods of a Group, ResultGroup or Stream
 // not made by its constructor, or nil.
-var errZeroGroup = fmt.Errorf("%w: groups and streams must be made with their New functions", ErrInvalid)
+var errZeroGroup = invalidf("groups and streams must be made with their New functions")
 
-// A GroupOption configures a Group, ResultGroup, Stream, the Map and
-// ForEach helpers, or a Future made by Do.
+// A GroupOption configures a Group, ResultGroup or Stream, or a call of
+// Map, MapErr, ForEach or their Seq forms. Like an Option, it never panics
+// when called: the constructor it is given to panics with an error
+// wrapping ErrInvalid for a nil or invalid option, and the functions that
+// return an error return that one.
 type GroupOption func(*groupConfig)
 
 type groupConfig struct {
-	limit   int           // 0: no limit of the group's own
-	all     bool          // collect every error; errors do not cancel
-	timeout time.Duration // per-task deadline; 0: none
-	repanic bool          // Wait re-panics the first recovered panic
+	limit    int // 0: no limit of the group's own
+	limitSet bool
+	all      bool          // collect every error; errors do not cancel
+	timeout  time.Duration // per-task deadline; 0: none
+	timeSet  bool
+	repanic  bool // Wait re-panics the first recovered panic
 }
 
-// apply sets c from opts. c lives in the group or Future, already on the
-// heap: a config built in a local would escape to it at every call.
-func (c *groupConfig) apply(opts []GroupOption) {
-	for _, o := range opts {
-		if o != nil {
-			o(c)
-		}
-	}
+// apply sets c from opts and reports nil and invalid options. c lives in
+// the group, already on the heap: a config built in a local would escape
+// to it at every call.
+func (c *groupConfig) apply(opts []GroupOption) error {
+	errs := applyOptions(c, "group", opts)
+	errs = append(errs, problems(
+		problem(c.limitSet && c.limit < 1, "WithLimit(%d): limit must be at least 1", c.limit),
+		problem(c.timeSet && c.timeout <= 0, "WithTaskTimeout(%v): timeout must be positive", c.timeout),
+	)...)
+	return errors.Join(errs...)
 }
 
 // WithLimit lets at most n tasks of the group run at once, below the pool's
 // own limit. Tasks beyond it wait in the group's queue, holding no worker,
-// and start as earlier ones finish; Go does not wait for a free slot. For a
-// Stream, n is also its window (see NewStream). WithLimit panics with an
-// error wrapping ErrInvalid if n < 1.
+// and start as earlier ones finish; Go does not wait for a free slot (and
+// TryGo refuses a task that would). For a Stream, n is also its window
+// (see NewStream). n must be at least 1.
 func WithLimit(n int) GroupOption {
-	if n < 1 {
-		panic(fmt.Errorf("%w: WithLimit(%d): limit must be at least 1", ErrInvalid, n))
-	}
-	return func(c *groupConfig) { c.limit = n }
+	return func(c *groupConfig) { c.limit, c.limitSet = n, true }
 }
 
 // WithAllErrors makes Wait return every task's error, joined with
@@ -60,13 +63,9 @@ func WithAllErrors() GroupOption {
 // WithTaskTimeout gives each task a context whose deadline is d after the
 // task starts (not after Go). The task's context is a child of the group's,
 // so the first error still cancels it too. It costs a context and a timer
-// per task. WithTaskTimeout panics with an error wrapping ErrInvalid if
-// d <= 0.
+// per task. d must be positive.
 func WithTaskTimeout(d time.Duration) GroupOption {
-	if d <= 0 {
-		panic(fmt.Errorf("%w: WithTaskTimeout(%v): timeout must be positive", ErrInvalid, d))
-	}
-	return func(c *groupConfig) { c.timeout = d }
+	return func(c *groupConfig) { c.timeout, c.timeSet = d, true }
 }
 
 // WithRepanic makes Wait panic, once every task has finished, with the

@@ -579,10 +579,14 @@ func TestGroupMisuse(t *testing.T) {
 		}
 	})
 	t.Run("bad options", func(t *testing.T) {
+		p := crew.New(1)
+		defer p.Stop()
+		ctx := context.Background()
 		for name, f := range map[string]func(){
-			"limit":   func() { crew.WithLimit(0) },
-			"timeout": func() { crew.WithTaskTimeout(0) },
-			"ctx":     func() { crew.NewGroup(nil, crew.New(1)) }, //nolint:staticcheck // testing nil
+			"limit":   func() { crew.NewGroup(ctx, p, crew.WithLimit(0)) },
+			"timeout": func() { crew.NewResultGroup[int](ctx, p, crew.WithTaskTimeout(0)) },
+			"nil":     func() { crew.NewStream(ctx, p, nil) },
+			"ctx":     func() { crew.NewGroup(nil, p) }, //nolint:staticcheck // testing nil
 		} {
 			func() {
 				defer func() {
@@ -593,6 +597,14 @@ func TestGroupMisuse(t *testing.T) {
 				}()
 				f()
 			}()
+		}
+		// The functions that return an error report them instead.
+		fn := func(context.Context, int) (int, error) { return 0, nil }
+		if _, err := crew.MapErr(ctx, p, []int{1}, fn, crew.WithLimit(-1)); !errors.Is(err, crew.ErrInvalid) {
+			t.Errorf("MapErr with WithLimit(-1) = %v, want ErrInvalid", err)
+		}
+		if err := crew.ForEach(nil, p, []int{1}, func(context.Context, int) error { return nil }); !errors.Is(err, crew.ErrInvalid) { //nolint:staticcheck // testing nil
+			t.Errorf("ForEach with a nil context = %v, want ErrInvalid", err)
 		}
 	})
 }

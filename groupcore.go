@@ -4,13 +4,14 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"fmt"
 	"math"
 	"runtime"
 	"runtime/debug"
 	"slices"
 	"sync"
 	"sync/atomic"
+
+	"github.com/gocrew/crew/internal/queue"
 )
 
 // This file holds the machinery shared by Group, ResultGroup, Stream and the
@@ -19,8 +20,9 @@ import (
 //
 // A group never hands a task to the pool directly. Go appends the task to the
 // group's queue (a chunked FIFO under the group's mutex) and submits a step,
-// c.step, to the pool: a func value made once per group, so the pool's Go
-// path allocates nothing per task. A step takes the first task of the queue,
+// c.step, to the pool through the group's stepper (see layer.go): a func
+// value made once per group, so the pool's Go path allocates nothing per
+// task. A step takes the first task of the queue,
 // not necessarily the one whose Go submitted it; tasks are interchangeable
 // because each carries its own sequence number. Steps are counted (pending:
 // submitted, not started; running: running a task), and Go submits one only
@@ -28,12 +30,12 @@ import (
 // leaves room, so a limited group keeps at most limit tasks running and its
 // other tasks wait in its own queue, not in the pool's and not on a worker.
 // When a task finishes and tasks wait for a slot, the step that ran it
-// submits a new step (TrySubmit, which never blocks a worker) or, if the
-// pool cannot take one, runs the next task itself. Steps that a full
-// bounded queue refuses go to one goroutine per group that waits for room
-// to submit them: every queued task within the limit gets its step, as a
-// task left for the group's running tasks could wait for ever behind one
-// that waits for it (a producer and its consumer).
+// submits a new step (without waiting, which never blocks a worker) or, if
+// the pool cannot take one, runs the next task itself. Steps that a full
+// bounded queue refuses are owed: the stepper's goroutine waits for room to
+// submit them. Every queued task within the limit gets its step, as a task
+// left for the group's running tasks could wait for ever behind one that
+// waits for it (a producer and its consumer).
 //
 // Wait helps: while tasks are queued and the limit allows, it runs them on
 // the waiting goroutine. This keeps a group that is waited on inside a pool
@@ -42,32 +44,6 @@ import (
 // queue (the pool stopped before their steps were queued, or Shutdown
 // dropped them) run or be skipped rather than be lost.
 
-// crashes reports whether p was built WithCrashOnPanic: group tasks then let
-// panics crash the program, like the pool's own tasks.
-func (p *Pool) crashes() bool { return p != nil && p.crash }
-
-// notePanic counts a panic recovered from a group task in Stats().Panicked.
-func (p *Pool) notePanic() { p.panicked.Add(1) }
-
-// refuses reports why p takes no new work, or nil when it does.
-func (p *Pool) refuses() error {
-	switch {
-	case p == nil || p.e == nil:
-		return errZeroPool
-	case p.e.Closed():
-		return ErrStopped
-	}
-	return nil
-}
-
-// maxWorkers returns p's worker limit, 1 for a zero pool.
-func (p *Pool) maxWorkers() int {
-	if p == nil {
-		return 1
-	}
-	return max(1, p.Stats().MaxWorkers)
-}
-
 // entry is a queued task with its sequence number: its index in submission
 // order, which is where a ResultGroup stores its result.
 type entry[I any] struct {
@@ -75,97 +51,16 @@ type entry[I any] struct {
 	it  I
 }
 
-const chunkLen = 128
-
 // A Go that queues the yieldEvery-th task while more than yieldDepth wait
 // yields the processor once.
 const (
 	yieldEvery = 64
-	yieldDepth = 4 * chunkLen
+	yieldDepth = 512
 )
 
-type chunk[I any] struct {
-	e    [chunkLen]entry[I]
-	next *chunk[I]
-}
-
-// fifo is an unbounded queue of fixed-size chunks. A drained fifo keeps one
-// chunk and one spare; with pool non-nil the chunks of a finished group go
-// to it for the next group. Not safe for concurrent use.
-type fifo[I any] struct {
-	head, tail *chunk[I]
-	r, w       int // next read index in head, next write index in tail
-	n          int
-	spare      *chunk[I]
-	pool       *sync.Pool // of *chunk[I]; may be nil
-}
-
-func (q *fifo[I]) push(e entry[I]) {
-	if q.tail == nil {
-		c := q.acquire()
-		q.head, q.tail, q.r, q.w = c, c, 0, 0
-	} else if q.w == chunkLen {
-		c := q.acquire()
-		q.tail.next = c
-		q.tail, q.w = c, 0
-	}
-	q.tail.e[q.w] = e
-	q.w++
-	q.n++
-}
-
-// pop removes the first entry; the queue must not be empty.
-func (q *fifo[I]) pop() entry[I] {
-	c := q.head
-	e := c.e[q.r]
-	c.e[q.r] = entry[I]{} // let the task's closure be collected
-	q.r++
-	q.n--
-	switch {
-	case q.n == 0: // then head == tail: rewind and reuse the chunk
-		q.r, q.w = 0, 0
-	case q.r == chunkLen:
-		q.head, q.r = c.next, 0
-		c.next = nil
-		q.recycle(c)
-	}
-	return e
-}
-
-func (q *fifo[I]) acquire() *chunk[I] {
-	if c := q.spare; c != nil {
-		q.spare = nil
-		return c
-	}
-	if q.pool != nil {
-		if c, ok := q.pool.Get().(*chunk[I]); ok {
-			return c
-		}
-	}
-	return new(chunk[I])
-}
-
-func (q *fifo[I]) recycle(c *chunk[I]) {
-	if q.spare == nil {
-		q.spare = c
-	} else if q.pool != nil {
-		q.pool.Put(c)
-	}
-}
-
-// release gives an empty queue's chunks back to the pool.
-func (q *fifo[I]) release() {
-	if q.n != 0 || q.pool == nil {
-		return
-	}
-	if q.head != nil {
-		q.pool.Put(q.head)
-	}
-	if q.spare != nil {
-		q.pool.Put(q.spare)
-	}
-	q.head, q.tail, q.spare, q.r, q.w = nil, nil, nil, 0, 0
-}
+// firstChunk is the size of the first chunk a group's queue allocates,
+// once its inline room is full.
+const firstChunk = 64
 
 type seqErr struct {
 	seq int
@@ -181,9 +76,10 @@ type core[I any] struct {
 	pctx   context.Context // the pool's context, nil for a zero pool
 	unlink func() bool     // stops the link from pctx
 	cfg    groupConfig
-	limit  int    // cfg.limit, or no limit
-	step   func() // c.runStep, made once
-	crash  bool   // the pool crashes on panics: do not recover
+	limit  int       // cfg.limit, or no limit
+	step   layerStep // c.runStep, made once
+	steps  stepper
+	crash  bool // the pool crashes on panics: do not recover
 	// crashing is set by a task whose panic is about to crash the program,
 	// so that no deferred cleanup on its way out waits for it (see feed).
 	crashing atomic.Bool
@@ -201,16 +97,16 @@ type core[I any] struct {
 	stranded func()
 
 	mu         sync.Mutex
-	q          fifo[I]
-	seq        int // tasks accepted
-	pending    int // steps submitted to the pool and not started
-	owed       int // of pending, steps the pool's full queue refused (see submit)
-	running    int // tasks running, on steps or helping waiters
-	unfinished int // tasks queued or running
-	waiters    int // goroutines parked in wait
+	q          queue.FIFO[entry[I]]
+	inline     [4]entry[I]   // the queue's first chunk: a small group allocates none
+	lists      [4][]entry[I] // the queue's lists of chunks, likewise
+	seq        int           // tasks accepted
+	pending    int           // steps submitted to the pool (or owed) and not started
+	running    int           // tasks running, on steps or helping waiters
+	unfinished int           // tasks queued or running
+	waiters    int           // goroutines parked in wait
 	wake       chan struct{}
 	closed     bool // Wait has returned
-	submitting bool // a goroutine runs submitOwed
 	result     error
 	err        error         // first error
 	errs       []seqErr      // WithAllErrors
@@ -219,31 +115,44 @@ type core[I any] struct {
 	skipped    int
 }
 
-func (c *core[I]) init(ctx context.Context, p *Pool, opts []GroupOption, chunks *sync.Pool) {
+// init sets c up on p; it reports a nil ctx and nil or invalid options.
+func (c *core[I]) init(ctx context.Context, p *Pool, opts []GroupOption) error {
 	if ctx == nil {
-		panic(fmt.Errorf("%w: nil context", ErrInvalid))
+		return invalidf("nil context")
+	}
+	if err := c.cfg.apply(opts); err != nil {
+		return err
 	}
 	c.p = p
-	c.cfg.apply(opts)
 	// Without a limit of its own, every queued task gets its step in the
-	// pool's queue. (Capping the steps at the pool's worker limit, with
-	// the rest of the tasks in the group's queue, measured 25% slower for
-	// tiny tasks: the workers then submit the steps.)
+	// pool's queue; the pool's limit bounds them. (Steps capped at the
+	// pool's limit, with the rest in the group's queue, make the workers
+	// submit the steps, which is slower for tiny tasks.)
 	c.limit = math.MaxInt
 	if c.cfg.limit > 0 {
 		c.limit = c.cfg.limit
 	}
 	c.crash = p.crashes()
-	c.q.pool = chunks
+	c.q.First = firstChunk
+	c.q.Lend(c.lists[:], c.inline[:])
 	c.ctx, c.cancel = context.WithCancelCause(ctx)
-	if p.refuses() != errZeroPool {
+	if p.core().usable() {
 		// Shutdown cancels the pool's context when its deadline passes;
 		// group tasks see it like Submit tasks do, and the group's queued
 		// tasks are skipped rather than left behind steps it dropped.
 		c.pctx = p.Context()
 		c.unlink = context.AfterFunc(c.pctx, c.poolEnded)
 	}
-	c.step = c.runStep
+	c.step = layerStep{run: c.runStep, dropped: c.stepLost}
+	c.steps.init(p, c.ctx)
+	return nil
+}
+
+// mustInit is init for the constructors, which panic on what init reports.
+func (c *core[I]) mustInit(ctx context.Context, p *Pool, opts []GroupOption) {
+	if err := c.init(ctx, p, opts); err != nil {
+		panic(err)
+	}
 }
 
 // poolEnded cancels the group once the pool's context has ended: with
@@ -258,23 +167,28 @@ func (c *core[I]) poolEnded() {
 
 // push accepts one task, or returns why not: ErrGroupDone, ErrStopped, or an
 // error wrapping ErrInvalid for a zero pool. The last two are also recorded
-// as the group's error.
-func (c *core[I]) push(it I) error {
+// as the group's error. With try, push accepts the task only if it can
+// start at once within the limit, and otherwise returns errNoRoom.
+func (c *core[I]) push(it I, try bool) error {
 	if c.ctx == nil {
 		return errZeroGroup
 	}
 	if err := c.lockOpen(); err != nil {
 		return err
 	}
+	if try && c.running+c.q.Len() >= c.limit {
+		c.mu.Unlock()
+		return errNoRoom
+	}
 	seq := c.seq
 	c.seq++
 	if c.grow != nil {
 		c.grow(seq)
 	}
-	c.q.push(entry[I]{seq, it})
+	c.q.Push(entry[I]{seq, it})
 	c.unfinished++
 	n := c.needSteps()
-	deep := seq%yieldEvery == 0 && c.q.n > yieldDepth
+	deep := seq%yieldEvery == 0 && c.q.Len() > yieldDepth
 	c.mu.Unlock()
 	if n > 0 {
 		c.submit(n, true)
@@ -286,6 +200,23 @@ func (c *core[I]) push(it I) error {
 		runtime.Gosched()
 	}
 	return nil
+}
+
+// errNoRoom is push's answer to a try that finds the group's limit reached.
+var errNoRoom = errors.New("crew: no room in the group's limit")
+
+// accept is the Go and TryGo of Group, ResultGroup and Stream, c nil for a
+// nil one: it records a nil task (isNil) as the group's error, as Go
+// documents, and pushes it.
+func (c *core[I]) accept(it I, isNil, try bool) error {
+	switch {
+	case c == nil:
+		return errZeroGroup
+	case isNil && c.ctx != nil:
+		c.fail(ErrNilTask)
+		return ErrNilTask
+	}
+	return c.push(it, try)
 }
 
 // lockOpen locks c.mu if c accepts tasks. Otherwise it returns why not,
@@ -305,6 +236,14 @@ func (c *core[I]) lockOpen() error {
 	return nil
 }
 
+// context is the group's Context, nil for a nil or zero group.
+func (c *core[I]) context() context.Context {
+	if c == nil {
+		return nil
+	}
+	return c.ctx
+}
+
 // finished reports whether Wait has returned.
 func (c *core[I]) finished() bool {
 	c.mu.Lock()
@@ -320,7 +259,7 @@ func (c *core[I]) pushN(n int) error {
 	}
 	var zero I
 	for range n {
-		c.q.push(entry[I]{c.seq, zero})
+		c.q.Push(entry[I]{c.seq, zero})
 		c.seq++
 	}
 	c.unfinished += n
@@ -335,7 +274,7 @@ func (c *core[I]) pushN(n int) error {
 // needSteps reserves the steps to submit so that every queued task has one,
 // within the limit. Called under mu.
 func (c *core[I]) needSteps() int {
-	n := c.q.n - c.pending
+	n := c.q.Len() - c.pending
 	if room := c.limit - c.running - c.pending; room < n {
 		n = room
 	}
@@ -348,17 +287,17 @@ func (c *core[I]) needSteps() int {
 
 // submit hands n reserved steps to the pool without ever blocking, and
 // reports whether the pool took them all. When its queue is full, the steps
-// it refused go to a goroutine that waits for room (submitOwed): every
-// queued task within the limit must get a step, since a task left to the
-// group's running tasks or to Wait may wait for them for ever (a producer
-// and its consumer in one group, the producer running). A step that calls
-// submit (fromGo false) keeps one of them: it runs the next task itself.
-// When the pool has stopped, the refused steps are given up; if nothing of
-// the group is running, the group fails with ErrStopped so that its queued
-// tasks are skipped.
+// it refused are owed (see stepper): every queued task within the limit
+// must get a step, since a task left to the group's running tasks or to
+// Wait may wait for them for ever (a producer and its consumer in one
+// group, the producer running). A step that calls submit (fromGo false)
+// keeps one of them: it runs the next task itself. When the pool has
+// stopped, the refused steps are given up; if nothing of the group is
+// running, the group fails with ErrStopped so that its queued tasks are
+// skipped.
 func (c *core[I]) submit(n int, fromGo bool) bool {
 	for i := range n {
-		if !c.p.TrySubmit(c.step) {
+		if c.steps.submit(nil, c.step, pushTry) != nil {
 			c.refused(n-i, fromGo)
 			return false
 		}
@@ -379,41 +318,21 @@ func (c *core[I]) refused(n int, fromGo bool) {
 		c.giveUp(n, !fromGo)
 		return
 	}
-	c.owed += n
-	start := n > 0 && !c.submitting
-	if start {
-		c.submitting = true
-	}
 	c.mu.Unlock()
-	if start {
-		go c.submitOwed()
+	for range n {
+		c.steps.owe(c.step)
 	}
 	if c.stranded != nil {
 		c.stranded() // a producer may run a task before its step comes
 	}
 }
 
-// submitOwed submits the owed steps one by one, waiting for room in the
-// pool's queue. It gives up the rest when the group's context ends (Wait
-// has returned, or the group is cancelled: its queued tasks are then
-// skipped) or the pool stops.
-func (c *core[I]) submitOwed() {
+// stepLost gives up an owed step that the stepper could not submit: the
+// group's context ended (Wait has returned, or the group is cancelled: its
+// queued tasks are then skipped) or the pool stopped.
+func (c *core[I]) stepLost() {
 	c.mu.Lock()
-	for c.owed > 0 {
-		c.owed--
-		c.mu.Unlock()
-		err := c.p.SubmitCtx(c.ctx, c.step)
-		c.mu.Lock()
-		if err != nil {
-			n := 1 + c.owed
-			c.owed = 0
-			c.submitting = false
-			c.giveUp(n, false)
-			return
-		}
-	}
-	c.submitting = false
-	c.mu.Unlock()
+	c.giveUp(1, false)
 }
 
 // giveUp gives up n reserved steps that will not be submitted: the tasks
@@ -451,8 +370,8 @@ func (c *core[I]) signal() {
 func (c *core[I]) runStep() {
 	c.mu.Lock()
 	c.pending--
-	for c.q.n > 0 && c.running < c.limit {
-		e := c.q.pop()
+	for c.q.Len() > 0 && c.running < c.limit {
+		e := c.q.Take()
 		c.running++
 		c.mu.Unlock()
 		if !c.runItem(e) {
@@ -467,11 +386,11 @@ func (c *core[I]) runStep() {
 // (or skips it if the group is cancelled), and reports whether it did.
 func (c *core[I]) helpOne() bool {
 	c.mu.Lock()
-	if c.q.n == 0 || c.running >= c.limit && c.ctx.Err() == nil {
+	if c.q.Len() == 0 || c.running >= c.limit && c.ctx.Err() == nil {
 		c.mu.Unlock()
 		return false
 	}
-	e := c.q.pop()
+	e := c.q.Take()
 	c.running++
 	c.mu.Unlock()
 	c.runItem(e)
@@ -483,12 +402,11 @@ func (c *core[I]) helpOne() bool {
 // the caller should go on with the next queued task itself because the
 // pool would not take a step for it.
 func (c *core[I]) runItem(e entry[I]) (again bool) {
-	if c.ctx.Err() == nil && c.pctx != nil && (c.pctx.Err() != nil || c.p.gaveUp.Load()) {
+	if c.ctx.Err() == nil && c.pctx != nil && (c.pctx.Err() != nil || c.p.over()) {
 		// AfterFunc cancels the group on a goroutine of its own, maybe
-		// later: cancel now, so that no queued task starts meanwhile (bug
-		// 52 in RELIABILITY.md). Shutdown marks the pool as giving up
-		// before it drops its queue and cancels its context, and a task
-		// must not start in between either (bug 62).
+		// later: cancel now, so that no queued task starts meanwhile.
+		// Shutdown ends the pool before it drops its queue and cancels
+		// its context, and a task must not start in between either.
 		c.poolEnded()
 	}
 	if c.ctx.Err() != nil {
@@ -617,8 +535,8 @@ func (c *core[I]) await(n int) {
 	c.mu.Lock()
 	skipping := false // the context has been seen cancelled
 	for c.unfinished > n {
-		if c.q.n > 0 && (c.running < c.limit || c.ctx.Err() != nil) {
-			e := c.q.pop()
+		if c.q.Len() > 0 && (c.running < c.limit || c.ctx.Err() != nil) {
+			e := c.q.Take()
 			c.running++
 			c.mu.Unlock()
 			c.runItem(e)
@@ -650,7 +568,7 @@ func (c *core[I]) await(n int) {
 // wait is Wait: it waits for every task, finishes the group on the first
 // call and returns its outcome, re-panicking WithRepanic.
 func (c *core[I]) wait() error {
-	if c.ctx == nil {
+	if c == nil || c.ctx == nil {
 		return errZeroGroup
 	}
 	pe, res, unseen := c.finish(false)
@@ -681,7 +599,6 @@ func (c *core[I]) finish(discard bool) (pe *PanicError, res error, unseen []*Pan
 		c.closed = true
 		unseen = c.unseenLocked(discard)
 		c.result = c.outcome()
-		c.q.release()
 	}
 	res, pe = c.result, c.panicked
 	c.mu.Unlock()
@@ -730,7 +647,7 @@ func (c *core[I]) handOver(pes []*PanicError) {
 		}
 	}()
 	for ; i < len(pes); i++ {
-		c.p.onPanic(pes[i])
+		c.p.c.onPanic(pes[i])
 	}
 }
 

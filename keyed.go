@@ -2,11 +2,14 @@ package crew
 
 import (
 	"context"
-	"fmt"
+	"errors"
 	"hash/maphash"
 	"runtime"
 	"sync"
 	"time"
+
+	"github.com/gocrew/crew/internal/clock"
+	"github.com/gocrew/crew/internal/queue"
 )
 
 // A Keyed runs tasks on an Executor (a pool, or a RateLimited) so that
@@ -20,7 +23,8 @@ import (
 //
 // Each busy key has a small FIFO queue in a map, sharded by the key's hash
 // so that producers of different keys rarely meet on one lock. When a key
-// goes from idle to busy, Go submits one step for it to the pool. The step
+// goes from idle to busy, the submission submits one step for it to the
+// pool. The step
 // runs the key's first task and then gives its worker back: if the key has
 // more, it submits itself again, to the back of the pool's queue, so one
 // hot key cannot monopolise workers and keys take turns. (When the pool's
@@ -43,8 +47,7 @@ import (
 // for an idle key also costs a map insert, a pool submission and a map
 // delete when it is done. In steady state neither allocates beyond the
 // task's closure: a key's queue holds its first two tasks inline, and
-// queues are recycled. BENCHMARKS.md has the measurements, with 10,000
-// keys.
+// queues are recycled.
 //
 // # Stopping
 //
@@ -60,9 +63,9 @@ type Keyed[K comparable] struct {
 	seed   maphash.Seed
 	shards []keyShard[K]
 	mask   uint64
-	clock  nanoClock
-	rate   tokenBucket // a full bucket: the template of every key's, with WithKeyRate
-	perKey bool        // WithKeyRate
+	clock  func() int64 // clock.Now; tests replace it
+	rate   tokenBucket  // a full bucket: the template of every key's, with WithKeyRate
+	perKey bool         // WithKeyRate
 	// startsWait: ex is a pool whose Go waits for room, so a key's start
 	// may wait for room (see push).
 	startsWait bool
@@ -99,7 +102,9 @@ type keyQueue[K comparable] struct {
 	k     *Keyed[K]
 	sh    *keyShard[K]
 	key   K
-	q     ringQueue[layerEntry]
+	q     queue.FIFO[layerEntry]
+	small [2]layerEntry   // the queue's first chunk: a key that rarely holds more allocates none
+	lists [2][]layerEntry // the queue's lists of chunks, likewise
 	state uint8
 	dead  bool // removed while a step might still run it; never reused
 	// starting is set while the Go that made the key busy hands its step
@@ -113,7 +118,8 @@ type keyQueue[K comparable] struct {
 	timer *time.Timer // calls wake
 }
 
-// A KeyedOption configures a Keyed in NewKeyed.
+// A KeyedOption configures a Keyed in NewKeyed, which reports an invalid
+// one (see Option).
 type KeyedOption func(*keyedConfig)
 
 type keyedConfig struct {
@@ -123,73 +129,83 @@ type keyedConfig struct {
 // WithKeyRate limits every key to r: each key has its own token bucket,
 // and at most r.Burst + r.Limit·d/r.Per tasks of one key start in any
 // interval of length d. Tasks of a key waiting for a token hold no worker.
-// NewKeyed panics with an error wrapping ErrInvalid if r is invalid.
+// r must be valid (see Rate).
 func WithKeyRate(r Rate) KeyedOption {
 	return func(c *keyedConfig) { c.rate = &r }
 }
 
 // NewKeyed returns a Keyed that runs its tasks on ex (a *Pool or a
 // *RateLimited). It panics with an error wrapping ErrInvalid if ex is nil
-// or an option is invalid.
+// or an option is nil or invalid.
 func NewKeyed[K comparable](ex Executor, opts ...KeyedOption) *Keyed[K] {
 	var c keyedConfig
-	for _, o := range opts {
-		if o == nil {
-			panic(fmt.Errorf("%w: NewKeyed: nil option", ErrInvalid))
-		}
-		o(&c)
+	errs := applyOptions(&c, "crew.NewKeyed", opts)
+	var rate tokenBucket
+	if c.rate != nil {
+		var err error
+		rate, err = c.rate.bucket()
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		panic(err)
 	}
 	n := 8
 	for n < 4*runtime.GOMAXPROCS(0) {
 		n <<= 1
 	}
-	k := &Keyed[K]{seed: maphash.MakeSeed(), shards: make([]keyShard[K], n), mask: uint64(n - 1), clock: newNanoClock()}
-	if c.rate != nil {
-		b, err := c.rate.bucket()
-		if err != nil {
-			panic(err)
-		}
-		k.rate, k.perKey = b, true
-	}
+	k := &Keyed[K]{seed: maphash.MakeSeed(), shards: make([]keyShard[K], n), mask: uint64(n - 1), clock: clock.Now}
+	k.rate, k.perKey = rate, c.rate != nil
 	for i := range k.shards {
 		sh := &k.shards[i]
 		sh.m = make(map[K]*keyQueue[K])
 		sh.started.L = &sh.mu
 	}
 	k.l.init(ex, "NewKeyed", k.abandon)
-	if p, ok := ex.(*Pool); ok && !p.unusable() {
-		k.startsWait = p.e.Bounded() && !p.nonBlocking
+	if p, ok := ex.(*Pool); ok && p.core().usable() {
+		k.startsWait = p.c.e.Bounded() && !p.c.nonBlocking
 	}
 	return k
 }
 
 // Go queues task to run after every task submitted before it with the same
 // key, and never at the same time as another task of that key. It returns
-// without waiting for the task. When key is idle, Go submits a step to the
-// pool and waits for room in a bounded pool queue like Pool.Go
-// (ErrQueueFull WithNonBlocking); when key is busy, it only appends to the
-// key's queue, which is unbounded. (While another Go is submitting the
-// step of the same key, Go waits for that to end, unless it is called from
-// inside one of the pool's tasks: that Go may be waiting for room only the
-// caller can free, so the task queues behind it at once.)
+// without waiting for the task to run. When key is idle, Go submits a step
+// to the pool and waits for room in a full bounded queue like Pool.Go
+// (ErrQueueFull on a pool built WithNonBlocking); when key is busy, it only
+// appends to the key's queue, which is unbounded. (While another Go is
+// submitting the step of the same key, Go waits for that to end, unless it
+// is called from inside one of the pool's tasks: that Go may be waiting for
+// room only the caller can free, so the task queues behind it at once.)
 //
 // Go returns ErrStopped once the pool has begun to stop and ErrNilTask for
 // a nil task. A panic in task goes to the pool's panic handler and the
 // key's next task runs as usual. Pool.Stop runs every task Go accepted,
 // except those still waiting for a token (WithKeyRate, or a Keyed on a
-// RateLimited) and those queued from inside a task behind a first Go of
-// their key that Stop refused; those, and the tasks that Shutdown's
-// deadline keeps from starting, are dropped and counted in
-// Stats().Dropped (one waiting for a token when it comes due or when a
-// Stop from outside the pool returns, as RateLimited.Go says).
+// RateLimited) and those queued behind a first submission of their key
+// that Stop refused; those, and the tasks that Shutdown's deadline keeps
+// from starting, are dropped and counted in Stats().Dropped (one waiting
+// for a token when it comes due or when a Stop from outside the pool
+// returns, as RateLimited.Go says).
 func (k *Keyed[K]) Go(key K, task func()) error {
-	switch {
-	case k.layer().zero():
-		return errZeroLayer
-	case task == nil:
-		return ErrNilTask
-	}
-	return k.push(key, layerEntry{fn: task})
+	return submitGo(k.layer(), k.push, nil, key, task, pushGo)
+}
+
+// TryGo queues task under key like Go if that needs no waiting, and
+// reports whether it did: it returns false when the key is idle and the
+// pool's bounded queue has no room for its step, once the pool has begun
+// to stop, and for a nil task. While another submission of the same key is
+// starting it, TryGo queues task behind that one.
+func (k *Keyed[K]) TryGo(key K, task func()) bool {
+	return submitGo(k.layer(), k.push, nil, key, task, pushTry) == nil
+}
+
+// GoContext queues task under key like Go, waiting for room in a full
+// bounded queue until ctx ends (even on a pool built WithNonBlocking); it
+// then returns ctx's error. ctx bounds only the wait: a queued task runs
+// whatever becomes of ctx. It returns an error wrapping ErrInvalid for a
+// nil ctx.
+func (k *Keyed[K]) GoContext(ctx context.Context, key K, task func()) error {
+	return submitGo(k.layer(), k.push, ctx, key, task, pushCtx)
 }
 
 // Submit queues task under key like Go and returns a Task to wait for its
@@ -197,11 +213,19 @@ func (k *Keyed[K]) Go(key K, task func()) error {
 // queued is already done with the error (see Pool.Submit); one dropped
 // because the pool stopped first completes with ErrDropped.
 func (k *Keyed[K]) Submit(key K, task func(ctx context.Context) error) *Task {
-	t, err := newLayerTask(k.layer(), task)
-	if err == nil {
-		k.push(key, layerEntry{t: t})
-	}
-	return t
+	return submitTask(k.layer(), k.push, nil, key, task, pushGo)
+}
+
+// TrySubmit is Submit with TryGo's rule: it reports whether task was
+// queued, and if not, the Task is already done with the reason.
+func (k *Keyed[K]) TrySubmit(key K, task func(ctx context.Context) error) (*Task, bool) {
+	t := submitTask(k.layer(), k.push, nil, key, task, pushTry)
+	return t, !t.refused
+}
+
+// SubmitContext is Submit with GoContext's wait for room, until ctx ends.
+func (k *Keyed[K]) SubmitContext(ctx context.Context, key K, task func(ctx context.Context) error) *Task {
+	return submitTask(k.layer(), k.push, ctx, key, task, pushCtx)
 }
 
 // Wait blocks until every task queued on k has finished or been dropped.
@@ -214,20 +238,16 @@ func (k *Keyed[K]) Submit(key K, task func(ctx context.Context) error) *Task {
 // Pool.Wait. Any other caller may wait, a plain task of the pool or a task
 // of another layer included. Recognising the caller costs microseconds,
 // and only when Wait is about to block.
-func (k *Keyed[K]) Wait() {
-	if !k.layer().zero() {
-		k.l.wait("Keyed")
-	}
-}
+func (k *Keyed[K]) Wait() { k.layer().wait("Keyed") }
 
 // Stats returns a snapshot of k's counters. Keys counts the keys that hold
 // memory: busy ones, and with WithKeyRate idle ones whose bucket is still
 // refilling. It locks each shard in turn, briefly.
-func (k *Keyed[K]) Stats() LayerStats {
-	if k.layer().zero() {
-		return LayerStats{}
-	}
-	s := k.l.stats()
+func (k *Keyed[K]) Stats() LayerStats { return k.layer().stats(k.keys) }
+
+// keys fills the counts Stats adds to the layer's: it locks each shard in
+// turn.
+func (k *Keyed[K]) keys(s *LayerStats) {
 	for i := range k.shards {
 		sh := &k.shards[i]
 		sh.mu.Lock()
@@ -235,7 +255,6 @@ func (k *Keyed[K]) Stats() LayerStats {
 		s.Waiting += sh.waiting
 		sh.mu.Unlock()
 	}
-	return s
 }
 
 // layer returns k's layer, nil if k is nil.
@@ -250,7 +269,9 @@ func (k *Keyed[K]) shard(key K) *keyShard[K] {
 	return &k.shards[maphash.Comparable(k.seed, key)&k.mask]
 }
 
-func (k *Keyed[K]) push(key K, e layerEntry) error {
+// push queues e under key, and submits the key's step as mode says if the
+// key was idle.
+func (k *Keyed[K]) push(ctx context.Context, key K, e layerEntry, mode pushMode) error {
 	if k.shards == nil {
 		e.refuse(errZeroLayer)
 		return errZeroLayer
@@ -268,14 +289,14 @@ func (k *Keyed[K]) push(key K, e layerEntry) error {
 		if kq == nil || !kq.starting {
 			break
 		}
-		// Another Go is handing the key's first task to the pool: wait
-		// for the outcome, so that a task is accepted only behind a step
-		// that exists (a refused start would otherwise strand it). A
-		// task of the pool must not wait: that Go may be waiting for
-		// room that only the caller's worker can free. Its task queues
-		// behind the start instead, and a refused start hands the key
-		// to a goroutine of its own (see started).
-		if k.startsWait && k.l.p.e.InWorker() {
+		// Another submission is handing the key's first task to the pool:
+		// wait for the outcome, so that a task is accepted only behind a
+		// step that exists (a refused start would otherwise strand it). A
+		// submission that must not wait queues behind the start instead,
+		// and so does a task of the pool: that submission may be waiting
+		// for room that only the caller's worker can free. A refused
+		// start hands the tasks behind it to the stepper (see started).
+		if mode != pushGo || k.startsWait && k.l.p.c.e.InWorker() {
 			break
 		}
 		sh.started.Wait()
@@ -285,12 +306,12 @@ func (k *Keyed[K]) push(key K, e layerEntry) error {
 		sh.m[key] = kq
 		sh.peak = max(sh.peak, len(sh.m))
 	}
-	kq.q.push(e)
+	kq.q.Push(e)
 	sh.waiting++
 	k.l.accept()
 	if kq.state != keyIdle || kq.starting {
-		// The key's step will come to it, or the Go that is starting the
-		// key will find it queued (see started).
+		// The key's step will come to it, or the submission that is
+		// starting the key will find it queued (see started).
 		sh.mu.Unlock()
 		return nil
 	}
@@ -300,13 +321,15 @@ func (k *Keyed[K]) push(key K, e layerEntry) error {
 	}
 	kq.starting = true
 	sh.mu.Unlock()
-	return kq.started(k.l.ex.layerSubmit(kq.step, submitGo))
+	return kq.started(k.l.steps.submit(ctx, kq.step, mode))
 }
 
 func (k *Keyed[K]) newQueue(sh *keyShard[K], key K) *keyQueue[K] {
 	kq, _ := k.free.Get().(*keyQueue[K])
 	if kq == nil {
 		kq = &keyQueue[K]{k: k}
+		kq.q.Keep = maxKeptQueue
+		kq.q.Lend(kq.lists[:], kq.small[:])
 		kq.step = k.l.mark(kq.run, kq.abandonScheduled)
 	}
 	kq.sh, kq.key = sh, key
@@ -350,8 +373,8 @@ func (k *Keyed[K]) remove(kq *keyQueue[K], reuse bool) {
 // lock; the entries are completed after it is released.
 func (k *Keyed[K]) dropAll(kq *keyQueue[K], reuse bool) []layerEntry {
 	var dropped []layerEntry
-	for kq.q.n > 0 {
-		dropped = append(dropped, kq.q.pop())
+	for kq.q.Len() > 0 {
+		dropped = append(dropped, kq.q.Take())
 	}
 	kq.sh.waiting -= len(dropped)
 	k.remove(kq, reuse)
@@ -360,7 +383,7 @@ func (k *Keyed[K]) dropAll(kq *keyQueue[K], reuse bool) []layerEntry {
 
 // stopping reports whether the pool has stopped for good: Shutdown's
 // deadline has passed, or Stop has run everything.
-func (k *Keyed[K]) stopping() bool { return k.l.p.gaveUp.Load() }
+func (k *Keyed[K]) stopping() bool { return k.l.over() }
 
 // abandon runs once the pool has stopped: every key whose step is not
 // running will never run again (its step was dropped from the pool's
@@ -413,12 +436,12 @@ func (kq *keyQueue[K]) started(err error) error {
 		sh.mu.Unlock()
 		k.l.dropEntries(dropped...)
 		return nil
-	case err == nil && kq.state == keyIdle && kq.q.n > 0:
+	case err == nil && kq.state == keyIdle && kq.q.Len() > 0:
 		// The step has run our task and left the key to us, and tasks
 		// from inside the pool's tasks queued meanwhile: start it again
 		// for them, from a goroutine that may wait for room.
 		if kq.schedule() {
-			go kq.submitWaiting()
+			k.l.steps.owe(kq.step)
 		}
 		sh.mu.Unlock()
 		return nil
@@ -429,9 +452,9 @@ func (kq *keyQueue[K]) started(err error) error {
 		sh.mu.Unlock()
 		return nil
 	}
-	own := kq.q.pop()
+	own := kq.q.Take()
 	sh.waiting--
-	behind := kq.q.n > 0
+	behind := kq.q.Len() > 0
 	if !behind {
 		kq.state = keyIdle
 		kq.idle()
@@ -440,17 +463,9 @@ func (kq *keyQueue[K]) started(err error) error {
 	k.l.done(1)
 	own.refuse(err)
 	if behind {
-		go kq.submitWaiting() // a stopped pool refuses it: the tasks are dropped
+		k.l.steps.owe(kq.step) // a stopped pool refuses it: the tasks are dropped
 	}
 	return err
-}
-
-// submitWaiting submits kq's step, waiting for room even on a pool built
-// WithNonBlocking; kq is scheduled and has no step.
-func (kq *keyQueue[K]) submitWaiting() {
-	if err := kq.k.l.ex.layerSubmit(kq.step, submitWait); err != nil {
-		kq.abandonScheduled()
-	}
 }
 
 // abandonScheduled drops the tasks of a scheduled key whose step the
@@ -474,11 +489,11 @@ func (kq *keyQueue[K]) run() {
 	sh := kq.sh
 	sh.mu.Lock()
 	for {
-		if kq.dead || kq.q.n == 0 {
+		if kq.dead || kq.q.Len() == 0 {
 			sh.mu.Unlock() // abandoned as the pool stopped
 			return
 		}
-		e := kq.q.pop()
+		e := kq.q.Take()
 		sh.waiting--
 		kq.state = keyRunning
 		if k := kq.k; k.perKey {
@@ -541,7 +556,7 @@ func (kq *keyQueue[K]) after() bool {
 		sh.mu.Unlock()
 		return false
 	}
-	if kq.q.n == 0 {
+	if kq.q.Len() == 0 {
 		switch {
 		case kq.starting:
 			kq.state = keyIdle // the starting Go deals with it
@@ -564,11 +579,11 @@ func (kq *keyQueue[K]) after() bool {
 		return false
 	}
 	sh.mu.Unlock()
-	err := k.l.ex.layerSubmit(kq.step, submitTry)
+	err := k.l.steps.submit(nil, kq.step, pushTry)
 	switch {
 	case err == nil:
 		return false
-	case k.l.ex.layerInline(err): // the pool's queue is full, or it is stopping
+	case k.l.steps.inline(err): // the pool's queue is full, or it is stopping
 		return true
 	}
 	kq.abandonScheduled() // refused for good (a RateLimited never reports a full queue)
@@ -635,11 +650,11 @@ func (kq *keyQueue[K]) wake() {
 	case kq.state == keySleeping && kq.b.avail(now) >= 1:
 		kq.state = keyScheduled
 		sh.mu.Unlock()
-		kq.submitWaiting() // on the timer's goroutine: it may wait for room
+		k.l.steps.owe(kq.step) // the stepper waits for room
 		return
 	case kq.state == keySleeping:
 		kq.sleep(now)
-	case kq.state == keyIdle && kq.q.n == 0:
+	case kq.state == keyIdle && kq.q.Len() == 0:
 		if kq.b.tat <= now {
 			k.remove(kq, false)
 		} else {

@@ -1,6 +1,7 @@
 package crew
 
 import (
+	"context"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -163,18 +164,18 @@ func receive[T any](t *testing.T, ch <-chan T, what string) T {
 	}
 }
 
-// pausingExecutor is the pool, except that layerSubmit waits on pause[i]
-// after the pool has taken (or refused) the i-th step, as if the caller
-// were descheduled right there.
-type pausingExecutor struct {
-	*Pool
+// pausingSend submits a layer's steps as its stepper would, except that
+// send i waits on pause[i] after the executor has taken (or refused) the
+// i-th step, as if the caller were descheduled right there.
+type pausingSend struct {
+	st     *stepper
 	calls  atomic.Int32
 	paused []chan struct{} // receives when call i has submitted
 	pause  []chan struct{} // call i returns once it is closed
 }
 
-func (x *pausingExecutor) layerSubmit(s layerStep, how submitMode) error {
-	err := x.Pool.layerSubmit(s, how)
+func (x *pausingSend) send(ctx context.Context, s layerStep, mode pushMode) error {
+	err := x.st.sendTo(ctx, s, mode)
 	if i := int(x.calls.Add(1) - 1); i < len(x.pause) {
 		x.paused[i] <- struct{}{}
 		<-x.pause[i]
@@ -191,10 +192,10 @@ func TestKeyedGoFromATaskBehindAStartWhoseStepHasRun(t *testing.T) {
 	p := New(2, WithQueueSize(4)) // bounded: Go waits for room
 	defer p.Stop()
 	k := NewKeyed[string](p)
-	x := &pausingExecutor{Pool: p,
+	x := &pausingSend{st: &k.l.steps,
 		paused: []chan struct{}{make(chan struct{}, 1), make(chan struct{}, 1)},
 		pause:  []chan struct{}{make(chan struct{}), make(chan struct{})}}
-	k.l.ex = x
+	k.l.steps.send = x.send
 	release := make([]func(), len(x.pause))
 	for i, c := range x.pause {
 		release[i] = sync.OnceFunc(func() { close(c) })

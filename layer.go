@@ -6,161 +6,171 @@ import (
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
-	"time"
 
-	"github.com/gocrew/crew/internal/bridge"
 	"github.com/gocrew/crew/internal/engine"
 	"github.com/gocrew/crew/internal/notify"
+	"github.com/gocrew/crew/internal/queue"
 )
 
 // This file holds what Keyed, Priority and RateLimited share. Each is a
-// layer in front of a pool: it keeps its tasks in a queue of its own and
-// submits to the pool a step, a func made once, that takes the task the
-// layer's order says comes next. The pool itself is untouched: its Go path
-// pays nothing for layers it does not have, every task still runs on one of
+// layer in front of an Executor: it keeps its tasks in a queue of its own
+// and submits a step, a func made once, that runs the task the layer's
+// order says comes next. The pool itself is untouched: its Go path pays
+// nothing for layers it does not have, every task still runs on one of
 // its workers under its limit, and several layers (and plain tasks) can
 // share one pool.
 //
 // A layer counts its unfinished tasks for Wait. From its first task on, it
-// is linked to the pool's context: when that context ends because the pool
-// has stopped (the end of Stop, or Shutdown's deadline), the layer drops
-// the tasks whose steps can no longer run (steps that Shutdown removed from
-// the pool's queue, tasks waiting for a rate limiter's token) so that no
-// Wait and no Task waits for them forever. A RateLimited drops what waits
-// for a token earlier, as soon as it finds the pool stopping; a layer
-// built on it learns of each dropped step through the step's dropped func. The link costs one registration
-// on the pool's context, made at the first task; the layer's Wait undoes it
-// when it returns, so a layer made for one job and waited for is not kept
-// alive by its pool.
+// holds its pool's end (see end): when the pool ends (the end of Stop, or
+// Shutdown's deadline), the layer drops the tasks whose steps can no
+// longer run, so that no Wait and no Task waits for them forever, and the
+// pool's Stop returns only once it has. The layer's Wait lets the end go
+// when the layer is idle, so a layer made for one job and waited for is
+// not kept alive by its pool.
 //
 // A layer's Wait cannot work from inside one of its own tasks, which it
 // would wait for forever: like Pool.Wait, it panics with an error wrapping
 // ErrInsideTask instead. The pool's own check does not serve: a layer's
 // task is one of the pool's, but so is a plain task, which may wait for a
 // layer. So each layer has a number of its own, and its steps run under it
-// (engine.RunAs, a few calls per step); Wait looks for it on the caller's
-// stack (engine.CallerIs, microseconds) only when it is about to block.
+// (engine.RunAs); Wait looks for it on the caller's stack (engine.CallerIs)
+// only when it is about to block.
 
-// An Executor is what Keyed and Priority run their tasks on: a *Pool, or a
-// *RateLimited, which starts them on its pool at a bounded rate. Only crew's
-// types implement it.
+// An Executor starts tasks on a pool's workers: a *Pool, or a
+// *RateLimited, which starts them at a bounded rate on its own executor.
+// Keyed, Priority and RateLimited take any Executor, so layers stack: a
+// Keyed on a RateLimited runs each key in order and all keys together at
+// the rate. Its methods are the submission forms every crew type shares
+// (see Pool.Go, Pool.TryGo and Pool.GoContext). Only crew's types
+// implement it.
 type Executor interface {
-	// Go submits task to run once. See Pool.Go and RateLimited.Go.
 	Go(task func()) error
+	TryGo(task func()) bool
+	GoContext(ctx context.Context, task func()) error
 
-	// layerPool returns the pool that runs the tasks in the end (nil for
-	// a nil *Pool).
-	layerPool() *Pool
-	// layerSubmit queues a layer's step, waiting for room as how says.
-	layerSubmit(s layerStep, how submitMode) error
-	// layerInline reports whether a step whose successor layerSubmit
-	// refused with err may run the successor's work itself, on the
-	// worker it holds.
-	layerInline(err error) bool
+	// pool returns the pool that runs the tasks in the end, nil for a nil
+	// *Pool or *RateLimited.
+	pool() *Pool
 }
 
-// submitMode tells layerSubmit whether it may wait for room.
-type submitMode uint8
-
-const (
-	submitGo   submitMode = iota // like Pool.Go: wait for room unless WithNonBlocking
-	submitTry                    // never wait: ErrQueueFull when full
-	submitWait                   // wait for room even WithNonBlocking
-)
-
-func (p *Pool) layerPool() *Pool { return p }
-
-// A layerStep is what a layer submits to its executor: the step, made
-// once, and what to do if the executor accepts it and later drops it
-// unrun. Only a RateLimited does that, with steps waiting for a token when
-// the pool stops; a pool drops its queued steps only when it gives up,
-// which every layer learns of through its own link (see abandon).
+// A layerStep is what a group or a layer submits to its executor: the
+// step, made once, and what to do if the step is accepted and later
+// dropped unrun, or owed and never submitted (see stepper). An executor
+// drops accepted steps only as its pool stops: a RateLimited those that
+// wait for a token, a pool its queue when Shutdown's deadline passes
+// (which every layer learns of through the end instead).
 type layerStep struct {
 	run     func()
 	dropped func()
 }
 
-// layerSubmit goes through the Pool's own entry points, so that a step is
-// observed (WithHooks, WithLatency) like any other task.
-func (p *Pool) layerSubmit(s layerStep, how submitMode) error {
-	task := s.run
-	switch {
-	case p == nil || p.e == nil:
-		return errZeroPool
-	case how == submitTry:
-		if p.TrySubmit(task) {
-			return nil
+// A stepper hands the steps of one group or layer to its executor: at
+// once, waiting for room as the submission that needs the step does
+// (submit), or, when the caller must not wait, later from a goroutine of
+// the stepper's own that waits for room (owe). The owing goroutine exists
+// only while steps are owed; a step it cannot submit (the pool stopped, or
+// ctx ended) is dropped.
+type stepper struct {
+	ex  Executor
+	ctx context.Context // ends the owing goroutine's waits; nil: never
+	// send, if set, submits in sendTo's place; tests set it.
+	send func(ctx context.Context, s layerStep, mode pushMode) error
+
+	mu    sync.Mutex
+	owed  queue.FIFO[layerStep]
+	owing bool // the owing goroutine runs
+}
+
+func (st *stepper) init(ex Executor, ctx context.Context) {
+	st.ex, st.ctx = ex, ctx
+}
+
+// submit hands s to the executor as mode says (ctx for pushCtx). It
+// returns ErrQueueFull when pushTry finds the pool's queue full, and the
+// executor's refusal otherwise.
+func (st *stepper) submit(ctx context.Context, s layerStep, mode pushMode) error {
+	if st.send != nil {
+		return st.send(ctx, s, mode)
+	}
+	return st.sendTo(ctx, s, mode)
+}
+
+func (st *stepper) sendTo(ctx context.Context, s layerStep, mode pushMode) error {
+	switch ex := st.ex.(type) {
+	case *RateLimited:
+		return ex.push(ctx, struct{}{}, layerEntry{fn: s.run, dropped: s.dropped}, mode)
+	case *Pool:
+		switch mode {
+		case pushTry:
+			if ex.TryGo(s.run) {
+				return nil
+			}
+			if err := ex.refuses(); err != nil {
+				return err
+			}
+			return ErrQueueFull
+		case pushCtx:
+			return ex.GoContext(ctx, s.run)
 		}
-		if err := p.refuses(); err != nil {
-			return err
+		return ex.Go(s.run)
+	}
+	return errZeroLayer
+}
+
+// owe queues s for the owing goroutine, starting it if need be.
+func (st *stepper) owe(s layerStep) {
+	st.mu.Lock()
+	st.owed.Push(s)
+	start := !st.owing
+	st.owing = true
+	st.mu.Unlock()
+	if start {
+		go st.payOwed()
+	}
+}
+
+// payOwed submits the owed steps one by one, waiting for room until st.ctx
+// ends. Once a submission fails, the pool will take none: it drops the
+// rest.
+func (st *stepper) payOwed() {
+	ctx := st.ctx
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	failed := false
+	for {
+		st.mu.Lock()
+		if st.owed.Len() == 0 {
+			st.owing = false
+			st.mu.Unlock()
+			return
 		}
-		return ErrQueueFull
-	case how == submitWait:
-		return p.SubmitCtx(context.Background(), task)
-	}
-	return p.Go(task)
-}
-
-// layerInline: a full queue leaves the step free to go on, and so does
-// Stop, which runs everything queued and waits for the running step; once
-// Shutdown's deadline has passed, the rest is dropped instead.
-func (p *Pool) layerInline(err error) bool {
-	return err == ErrQueueFull || err == ErrStopped && !p.gaveUp.Load()
-}
-
-// givingUp marks the pool as running nothing more (see gaveUp), before
-// Shutdown drops its queue once the deadline has passed: a layer's step
-// that finishes its task meanwhile must drop the layer's next task, not
-// run it itself as it would during Stop (layerInline). It also holds
-// giveUp until dropListed has completed the Tasks of that drop: the drain
-// counts them as dropped at once, and a Stop (or a Shutdown in time)
-// racing this one must not return before they are done.
-func (p *Pool) givingUp() {
-	p.gaveUp.Store(true)
-	p.holds.Add(1)
-}
-
-// giveUp marks the pool as running nothing more and cancels its context
-// (see gaveUp), then waits until its layers have dropped what they hold.
-// Stop and Shutdown call it as they cancel the context.
-func (p *Pool) giveUp() {
-	p.mu.Lock()
-	p.gaveUp.Store(true)
-	if p.endedStop != nil {
-		p.endedStop()
-	}
-	p.mu.Unlock()
-	p.cancel()
-	p.released.Wait(nil, func() bool { return p.holds.Load() == 0 })
-}
-
-// release counts out one of the holds that giveUp waits for.
-func (p *Pool) release() {
-	if p.holds.Add(-1) == 0 {
-		p.released.Broadcast()
-	}
-}
-
-func init() {
-	bridge.PoolEnded = func(p any) context.Context { return p.(*Pool).endedContext() }
-}
-
-// endedContext returns a context cancelled once the pool has given up.
-func (p *Pool) endedContext() context.Context {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.ended == nil {
-		p.ended, p.endedStop = context.WithCancel(context.Background())
-		if p.gaveUp.Load() {
-			p.endedStop()
+		s := st.owed.Take()
+		st.mu.Unlock()
+		if !failed && st.submit(ctx, s, pushCtx) == nil {
+			continue
+		}
+		failed = true
+		if s.dropped != nil {
+			s.dropped()
 		}
 	}
-	return p.ended
 }
 
-// layerEntry is a task queued in a layer: a func from Go, or a Task from
-// Submit, or the step of a layer above (with what tells that layer when
-// the step is dropped).
+// inline reports whether a step whose successor the executor refused with
+// err may run the successor's work itself, on the worker it holds: a pool
+// whose queue is full lets it, and so does a pool that is stopping but has
+// not ended (Stop runs everything queued and waits for the running step);
+// once it has ended, the rest is dropped instead. A RateLimited never
+// lets it: that would start a task without a token.
+func (st *stepper) inline(err error) bool {
+	p, ok := st.ex.(*Pool)
+	return ok && (err == ErrQueueFull || err == ErrStopped && !p.over())
+}
+
+// layerEntry is a task queued in a layer: a func from a Go form, or a Task
+// from a Submit form, or the step of a layer above (with what tells that
+// layer when the step is dropped).
 type layerEntry struct {
 	fn      func()
 	t       *Task
@@ -178,7 +188,7 @@ func (l *layer) runEntry(e layerEntry) {
 		return
 	}
 	p := l.p
-	if p.crash {
+	if p.crashes() {
 		e.fn()
 		return
 	}
@@ -189,7 +199,7 @@ func (l *layer) runEntry(e layerEntry) {
 		}
 		if v := recover(); v != nil {
 			p.notePanic()
-			p.onPanic(&PanicError{Value: v, Stack: debug.Stack()})
+			p.c.onPanic(&PanicError{Value: v, Stack: debug.Stack()})
 		}
 	}()
 	e.fn()
@@ -200,7 +210,7 @@ func (l *layer) runEntry(e layerEntry) {
 // err: a Task finishes with it.
 func (e layerEntry) refuse(err error) {
 	if e.t != nil {
-		e.t.finish(err)
+		e.t.refuse(err)
 	}
 }
 
@@ -221,13 +231,13 @@ func (l *layer) dropEntries(es ...layerEntry) {
 	}
 }
 
-// holdDrop keeps Stop and Shutdown from returning (see Pool.giveUp) until
+// holdDrop keeps Stop and Shutdown from returning (see end) until
 // dropTaken has dropped the entries that the caller took off its queue
 // under its lock: the layer's abandon, which takes the same lock, finds
 // them gone. Call it under that lock.
 func (l *layer) holdDrop() {
 	if l.p != nil {
-		l.p.holds.Add(1)
+		l.p.c.end.hold()
 	}
 }
 
@@ -235,35 +245,18 @@ func (l *layer) holdDrop() {
 func (l *layer) dropTaken(es []layerEntry) {
 	defer func() {
 		if l.p != nil {
-			l.p.release()
+			l.p.c.end.release()
 		}
 	}()
 	l.dropEntries(es...)
 }
 
-// newLayerTask returns a Task for a layer's Submit, or one already done with
-// the error that keeps it from being queued.
-func newLayerTask(l *layer, task func(context.Context) error) (*Task, error) {
-	t := &Task{fn: task, done: make(chan struct{})}
-	err := l.refuses()
-	if l != nil {
-		t.p = l.p
-	}
-	if task == nil {
-		err = ErrNilTask
-	}
-	if err != nil {
-		t.finish(err)
-	}
-	return t, err
-}
-
-// layer is the accounting a layer shares with the others: its executor, its
-// unfinished tasks for Wait, and its link to the pool's context.
+// layer is the accounting a layer shares with the others: its executor and
+// stepper, its unfinished tasks for Wait, and its hold on the pool's end.
 type layer struct {
-	ex Executor
-	p  *Pool
-	id uint64 // its steps run under it (see mark)
+	steps stepper
+	p     *Pool
+	id    uint64 // its steps run under it (see mark)
 
 	unfinished atomic.Int64
 	dropped    atomic.Uint64
@@ -275,23 +268,23 @@ type layer struct {
 	abandon  func() // drops what can no longer run; set by the layer
 }
 
-// init sets up l on ex; it panics with an error wrapping ErrInvalid if ex
-// is nil. A zero pool is accepted: the layer's methods then return the
-// pool's error, like a Group's.
+// init sets up l on ex for the constructor named what; it panics with an
+// error wrapping ErrInvalid if ex is nil. A zero pool is accepted: the
+// layer's methods then return the pool's error, like a Group's.
 func (l *layer) init(ex Executor, what string, abandon func()) {
 	if ex == nil {
-		panic(fmt.Errorf("%w: %s: nil Executor", ErrInvalid, what))
+		panic(invalidf("crew.%s: nil Executor", what))
 	}
-	l.ex = ex
-	l.p = ex.layerPool()
+	l.steps.init(ex, nil)
+	l.p = ex.pool()
 	l.id = engine.NewID()
 	l.abandon = abandon
 }
 
 // mark returns the step that runs run under l's number, so that wait
-// recognises a call from inside it, and calls dropped if an executor drops
-// it unrun. Call it once per step, not per submission: the func it makes
-// is allocated once and costs a few calls per run.
+// recognises a call from inside it, and calls dropped if it is dropped
+// unrun. Call it once per step, not per submission: the func it makes is
+// allocated once.
 func (l *layer) mark(run, dropped func()) layerStep {
 	return layerStep{run: func() { engine.RunAs(l.id, engine.Func(run)) }, dropped: dropped}
 }
@@ -299,10 +292,54 @@ func (l *layer) mark(run, dropped func()) layerStep {
 // refuses reports why the layer's pool takes no new work, or nil; l is
 // nil for a nil Keyed, Priority or RateLimited.
 func (l *layer) refuses() error {
-	if l == nil || l.ex == nil {
+	if l.zero() {
 		return errZeroLayer
 	}
 	return l.p.refuses()
+}
+
+// A layer's submission forms: the plain call, Try and Context, each for a
+// func() (Go) or a func(ctx) error (Submit). submitGo and submitTask check
+// the arguments and pass the entry to push, the layer's own, with the
+// argument the layer orders by (a key, a priority, nothing).
+
+// submitGo is a Go form.
+func submitGo[A any](l *layer, push func(context.Context, A, layerEntry, pushMode) error, ctx context.Context, a A, task func(), mode pushMode) error {
+	if err := l.check(ctx, task == nil, mode); err != nil {
+		return err
+	}
+	return push(ctx, a, layerEntry{fn: task}, mode)
+}
+
+// submitTask is a Submit form: the Task it returns is done with the error
+// if the task was not queued.
+func submitTask[A any](l *layer, push func(context.Context, A, layerEntry, pushMode) error, ctx context.Context, a A, task func(context.Context) error, mode pushMode) *Task {
+	t := &Task{fn: task, done: make(chan struct{})}
+	if !l.zero() {
+		t.p = l.p
+	}
+	if err := l.check(ctx, task == nil, mode); err != nil {
+		t.refuse(err)
+		return t
+	}
+	push(ctx, a, layerEntry{t: t}, mode)
+	return t
+}
+
+// check returns why a submission cannot be accepted before the layer's own
+// checks: a zero layer, a nil task, a nil or ended context.
+func (l *layer) check(ctx context.Context, nilTask bool, mode pushMode) error {
+	switch {
+	case l.zero():
+		return errZeroLayer
+	case nilTask:
+		return ErrNilTask
+	case mode != pushCtx:
+		return nil
+	case ctx == nil:
+		return invalidf("nil context")
+	}
+	return ctx.Err()
 }
 
 // accept counts a task in. Called by whoever queues it, before the task
@@ -321,24 +358,26 @@ func (l *layer) done(n int64) {
 	}
 }
 
+// link holds the pool's end, so that the layer drops what it holds when
+// the pool ends.
 func (l *layer) link() {
 	p := l.p
-	if p == nil || p.e == nil {
+	if !p.core().usable() {
 		return
 	}
 	l.linkMu.Lock()
 	if !l.isLinked.Load() {
-		p.holds.Add(1)
-		l.unlink = context.AfterFunc(p.endedContext(), l.poolDone)
+		p.c.end.hold()
+		l.unlink = context.AfterFunc(p.c.end.done(), l.poolEnded)
 		l.isLinked.Store(true)
 	}
 	l.linkMu.Unlock()
 }
 
-// poolDone runs when the pool has given up, on a goroutine of its own;
-// Stop and Shutdown return only once it has.
-func (l *layer) poolDone() {
-	defer l.p.release()
+// poolEnded runs when the pool has ended, on a goroutine of its own; Stop
+// and Shutdown return only once it has.
+func (l *layer) poolEnded() {
+	defer l.p.c.end.release()
 	l.linkMu.Lock()
 	l.isLinked.Store(false)
 	l.unlink = nil
@@ -346,11 +385,14 @@ func (l *layer) poolDone() {
 	l.abandon()
 }
 
-// wait blocks until the layer has no unfinished task, then undoes the link
-// to the pool's context if the layer is still idle. Called from inside one
-// of the layer's own steps, it panics with an error wrapping ErrInsideTask
-// that names what (the layer's type) instead of waiting for itself.
+// wait blocks until the layer has no unfinished task, then lets the pool's
+// end go if the layer is still idle. Called from inside one of the layer's
+// own steps, it panics with an error wrapping ErrInsideTask that names what
+// (the layer's type) instead of waiting for itself.
 func (l *layer) wait(what string) {
+	if l.zero() {
+		return
+	}
 	if l.unfinished.Load() > 0 && engine.CallerIs(l.id) {
 		panic(fmt.Errorf("%w: %s.Wait would wait for the task that called it, one of the %s's own", ErrInsideTask, what, what))
 	}
@@ -362,8 +404,8 @@ func (l *layer) wait(what string) {
 		// links again (both are sequentially consistent atomics).
 		l.isLinked.Store(false)
 		if l.unfinished.Load() == 0 {
-			if l.unlink() { // poolDone will not run
-				l.p.release()
+			if l.unlink() { // poolEnded will not run
+				l.p.c.end.release()
 			}
 			l.unlink = nil
 		} else {
@@ -373,18 +415,27 @@ func (l *layer) wait(what string) {
 	l.linkMu.Unlock()
 }
 
-// stats fills the counters every layer has.
-func (l *layer) stats() LayerStats {
-	return LayerStats{Unfinished: int(max(0, l.unfinished.Load())), Dropped: l.dropped.Load()}
+// stats is a layer's Stats: the counters every layer has, and those that
+// more adds; zeros for a zero layer.
+func (l *layer) stats(more func(*LayerStats)) LayerStats {
+	if l.zero() {
+		return LayerStats{}
+	}
+	s := LayerStats{Unfinished: int(max(0, l.unfinished.Load())), Dropped: l.dropped.Load()}
+	more(&s)
+	return s
 }
 
 // zero reports whether l is the layer of a zero, or nil, Keyed, Priority
 // or RateLimited.
-func (l *layer) zero() bool { return l == nil || l.ex == nil }
+func (l *layer) zero() bool { return l == nil || l.steps.ex == nil }
+
+// over reports whether the layer's pool has ended.
+func (l *layer) over() bool { return l.p.over() }
 
 // errZeroLayer is returned by the methods of a Keyed, Priority or
 // RateLimited not made by its constructor.
-var errZeroLayer = fmt.Errorf("%w: Keyed, Priority and RateLimited must be made with their New functions", ErrInvalid)
+var errZeroLayer = invalidf("Keyed, Priority and RateLimited must be made with their New functions")
 
 // LayerStats is a snapshot of a Keyed, Priority or RateLimited layer's
 // counters. Like Stats, its fields are read one at a time while tasks run.
@@ -395,72 +446,6 @@ type LayerStats struct {
 	Dropped    uint64 // tasks accepted and dropped because the pool stopped before they could start
 }
 
-// nanoClock returns the time since an epoch on the monotonic clock, in
-// nanoseconds. Layers read it through a field so that tests can replace it.
-type nanoClock func() int64
-
-func newNanoClock() nanoClock {
-	epoch := time.Now()
-	return func() int64 { return int64(time.Since(epoch)) }
-}
-
-// ringQueue is a growable circular FIFO. Its first two entries live in
-// the struct itself, so a queue that rarely holds more (a key's, mostly)
-// never allocates. It must not be copied once used.
-type ringQueue[E any] struct {
-	buf     []E
-	head, n int
-	small   [2]E
-}
-
-func (r *ringQueue[E]) push(e E) {
-	if r.buf == nil {
-		r.buf = r.small[:]
-	}
-	if r.n == len(r.buf) {
-		buf := make([]E, 2*len(r.buf))
-		for i := range r.n {
-			buf[i] = r.buf[(r.head+i)&(len(r.buf)-1)]
-		}
-		r.buf, r.head = buf, 0
-	}
-	r.buf[(r.head+r.n)&(len(r.buf)-1)] = e
-	r.n++
-}
-
-// pop removes the first entry; the ring must not be empty.
-func (r *ringQueue[E]) pop() E {
-	var zero E
-	e := r.buf[r.head]
-	r.buf[r.head] = zero // let the task be collected
-	r.head = (r.head + 1) & (len(r.buf) - 1)
-	r.n--
-	if r.n == 0 {
-		r.shrink()
-	}
-	return e
-}
-
-// popBack removes the last entry; the ring must not be empty.
-func (r *ringQueue[E]) popBack() E {
-	var zero E
-	i := (r.head + r.n - 1) & (len(r.buf) - 1)
-	e := r.buf[i]
-	r.buf[i] = zero
-	r.n--
-	if r.n == 0 {
-		r.shrink()
-	}
-	return e
-}
-
-// shrink lets an empty ring's buffer go if a burst made it large.
-func (r *ringQueue[E]) shrink() {
-	r.head = 0
-	if len(r.buf) > maxKeptRing {
-		r.buf = r.small[:]
-	}
-}
-
-// maxKeptRing is the largest buffer an empty ringQueue keeps.
-const maxKeptRing = 64
+// maxKeptQueue is the largest chunk that a layer's drained queue keeps: a
+// burst's bigger ones go back to the garbage collector.
+const maxKeptQueue = 64

@@ -24,7 +24,7 @@ import (
 // draws its parameters from its seed (pool size, bounded or non-blocking
 // queue, idle timeout, a panic handler that may panic in turn, a
 // WithContext parent that may be cancelled) and puts on the pool at once:
-//   - plain Go, Submit, TrySubmit and SubmitCtx tasks;
+//   - plain Go, Submit, TryGo and GoContext tasks;
 //   - Keyed k1 (sometimes WithKeyRate) and Priority q1 on the pool, and a
 //     RateLimited with Keyed k2 and Priority q2 on it, fed with Go and
 //     Submit;
@@ -107,7 +107,7 @@ const (
 	lcCount
 )
 
-var lsCatName = [...]string{"pool.Go", "pool.Submit", "pool.TrySubmit", "pool.SubmitCtx",
+var lsCatName = [...]string{"pool.Go", "pool.Submit", "pool.TryGo", "pool.GoContext",
 	"k1.Go", "k1.Submit", "k2.Go", "k2.Submit", "q1.Go", "q1.Submit", "q2.Go", "q2.Submit",
 	"rl.Go", "rl.Submit", "group", "nested"}
 
@@ -408,12 +408,12 @@ func (r *lsRound) submit(id int) {
 	case lcPoolSubmit:
 		t = r.p.Submit(tf)
 	case lcPoolTry:
-		if !r.p.TrySubmit(fn) {
+		if !r.p.TryGo(fn) {
 			err = crew.ErrQueueFull
 		}
 	case lcPoolCtx:
 		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(rand.IntN(500))*time.Microsecond)
-		err = r.p.SubmitCtx(ctx, fn)
+		err = r.p.GoContext(ctx, fn)
 		cancel()
 	case lcK1Go:
 		err = r.k1.Go(rec.key, fn)

@@ -3,12 +3,7 @@ package crew
 import (
 	"context"
 	"iter"
-	"sync"
 )
-
-// indexChunks recycles the queue chunks of the slice helpers, whose tasks
-// are just their indexes.
-var indexChunks sync.Pool
 
 // Map calls fn for every element of items on p, concurrently, and returns
 // the results in the order of items. It is MapErr with an fn that cannot
@@ -32,8 +27,8 @@ func Map[T, R any](ctx context.Context, p *Pool, items []T, fn func(context.Cont
 // started; WithAllErrors runs them all and joins every error in the order
 // of items. WithLimit bounds the calls running at once, WithTaskTimeout
 // gives each a deadline. MapErr allocates the result slice and a group;
-// nothing per element. It returns ErrNilTask if fn is nil, and panics with
-// an error wrapping ErrInvalid if ctx is nil, as NewGroup does. Map,
+// nothing per element. It returns ErrNilTask if fn is nil, and an error
+// wrapping ErrInvalid if ctx is nil or an option is nil or invalid. Map,
 // ForEach and the Seq forms follow the same rules.
 func MapErr[T, R any](ctx context.Context, p *Pool, items []T, fn func(context.Context, T) (R, error), opts ...GroupOption) ([]R, error) {
 	if fn == nil {
@@ -46,7 +41,9 @@ func MapErr[T, R any](ctx context.Context, p *Pool, items []T, fn func(context.C
 		out[i], err = fn(ctx, items[i])
 		return err
 	}
-	c.init(ctx, p, opts, &indexChunks)
+	if err := c.init(ctx, p, opts); err != nil {
+		return nil, err
+	}
 	c.pushN(len(items))
 	return out, c.wait()
 }
@@ -60,7 +57,9 @@ func ForEach[T any](ctx context.Context, p *Pool, items []T, fn func(context.Con
 	}
 	var c core[struct{}]
 	c.exec = func(ctx context.Context, i int, _ struct{}) error { return fn(ctx, items[i]) }
-	c.init(ctx, p, opts, &indexChunks)
+	if err := c.init(ctx, p, opts); err != nil {
+		return err
+	}
 	c.pushN(len(items))
 	return c.wait()
 }
@@ -101,7 +100,9 @@ func MapErrSeq[T, R any](ctx context.Context, p *Pool, seq iter.Seq[T], fn func(
 		return err
 	}
 	c.grow = out.grow
-	c.init(ctx, p, opts, nil)
+	if err := c.init(ctx, p, opts); err != nil {
+		return nil, err
+	}
 	feed(&c, seq)
 	err := c.wait()
 	return out.collect(c.seq), err
@@ -118,7 +119,9 @@ func ForEachSeq[T any](ctx context.Context, p *Pool, seq iter.Seq[T], fn func(co
 	}
 	var c core[T]
 	c.exec = func(ctx context.Context, _ int, v T) error { return fn(ctx, v) }
-	c.init(ctx, p, opts, nil)
+	if err := c.init(ctx, p, opts); err != nil {
+		return err
+	}
 	feed(&c, seq)
 	return c.wait()
 }
@@ -159,7 +162,7 @@ func feed[T any](c *core[T], seq iter.Seq[T]) {
 			c.mu.Unlock()
 			break
 		}
-		if c.push(v) != nil {
+		if c.push(v, false) != nil {
 			break
 		}
 		c.await(window - 1)

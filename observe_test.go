@@ -180,8 +180,8 @@ func TestHooksPanicOnlyForATaskThatPanicked(t *testing.T) {
 	if err := parent.Wait(); !errors.As(err, &pe) {
 		t.Fatalf("parent.Wait = %v, want the child's panic", err)
 	}
-	fut := crew.Do(p, func(context.Context) (int, error) { panic("future") })
-	outer := crew.Do(p, func(context.Context) (int, error) { return fut.Wait() })
+	fut := crew.Submit(p, func(context.Context) (int, error) { panic("future") })
+	outer := crew.Submit(p, func(context.Context) (int, error) { return fut.Wait() })
 	if _, err := outer.Wait(); !errors.As(err, &pe) {
 		t.Fatalf("outer.Wait = %v, want the future's panic", err)
 	}
@@ -212,17 +212,17 @@ func TestHooksReportDrops(t *testing.T) {
 	release, running := make(chan struct{}), make(chan struct{})
 	p.Go(func() { close(running); <-release })
 	<-running
-	p.Go(func() {})             // fills the queue
-	if p.TrySubmit(func() {}) { // refused: full
-		t.Fatal("TrySubmit succeeded on a full queue")
+	p.Go(func() {})         // fills the queue
+	if p.TryGo(func() {}) { // refused: full
+		t.Fatal("TryGo succeeded on a full queue")
 	}
-	if p.TrySubmit(nil) {
-		t.Fatal("TrySubmit(nil) succeeded")
+	if p.TryGo(nil) {
+		t.Fatal("TryGo(nil) succeeded")
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if err := p.SubmitCtx(ctx, func() {}); err != context.Canceled { // not a drop
-		t.Fatalf("SubmitCtx: %v", err)
+	if err := p.GoContext(ctx, func() {}); err != context.Canceled { // not a drop
+		t.Fatalf("GoContext: %v", err)
 	}
 
 	// Shutdown with an expired context drops the queued task, then waits
@@ -393,7 +393,7 @@ func TestLoggerLogsPanicsRefusalsAndSummaries(t *testing.T) {
 	release, running := make(chan struct{}), make(chan struct{})
 	p.Go(func() { close(running); <-release })
 	<-running
-	p.TrySubmit(func() {}) // refused: no room
+	p.TryGo(func() {}) // refused: no room
 	close(release)
 	p.Go(func() { panic("logged bug") })
 	p.Stop()
@@ -509,7 +509,7 @@ func TestLoggerSummaryOfStopRacingADroppingShutdownWarns(t *testing.T) {
 	}
 	stopped := make(chan struct{})
 	go func() { p.Stop(); close(stopped) }()
-	waitUntil(t, trapDeadline, "Stop to close the pool", func() bool { return !p.TrySubmit(func() {}) })
+	waitUntil(t, trapDeadline, "Stop to close the pool", func() bool { return !p.TryGo(func() {}) })
 	var se *crew.ShutdownError
 	if !errors.As(p.Shutdown(ctx), &se) || se.Dropped == 0 {
 		t.Fatalf("Shutdown dropped nothing")
@@ -530,7 +530,7 @@ func TestWithLoggerNilPanics(t *testing.T) {
 			t.Fatalf("recovered %v, want an error wrapping ErrInvalid", err)
 		}
 	}()
-	crew.WithLogger(nil)(nil)
+	crew.New(1, crew.WithLogger(nil))
 }
 
 type lockedWriter struct {

@@ -2,123 +2,165 @@ package crew
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
 	"log/slog"
 	"time"
 )
 
-// An Option configures a Pool in New.
+// An Option configures a pool. New, NewFunc and NewFuncWithState take the
+// same options, and every option works on each of them.
+//
+// An option never panics when it is called: the constructor it is given
+// to checks the values of all its options, and panics with an error
+// wrapping ErrInvalid that names each invalid one, as it does for a nil
+// Option and for options that contradict each other.
 type Option func(*config)
 
 type config struct {
 	queueSize   int // < 0: unbounded
+	queueSet    bool
 	nonBlocking bool
 	idleTimeout time.Duration
 	minWorkers  int
 	onPanic     func(*PanicError)
+	handlerSet  bool // WithPanicHandler was given
+	onError     func(error)
+	errorSet    bool // WithErrorHandler was given
 	crash       bool
 	ctx         context.Context
 
 	// Observability (see observe.go); all off by default.
-	name       string
-	hooks      Hooks
-	latency    bool
-	logger     *slog.Logger
-	handlerSet bool // WithPanicHandler was given
+	name      string
+	hooks     Hooks
+	latency   bool
+	logger    *slog.Logger
+	loggerSet bool
 }
 
 // DefaultIdleTimeout is how long an idle worker waits for a task before it
 // retires, unless WithIdleTimeout says otherwise.
 const DefaultIdleTimeout = time.Second
 
-func defaultConfig() config {
-	return config{queueSize: -1, idleTimeout: DefaultIdleTimeout, onPanic: logPanic, ctx: context.Background()}
+// configure applies opts for the constructor named what and checks them
+// against the worker limit. It panics with an error wrapping ErrInvalid
+// that names every problem: a limit below 1, a nil option, an invalid
+// value, a contradiction.
+func configure(what string, maxWorkers int, opts []Option) config {
+	c := config{queueSize: -1, idleTimeout: DefaultIdleTimeout, onPanic: logPanic, ctx: context.Background()}
+	errs := applyOptions(&c, "crew."+what, opts)
+	errs = append(errs, c.check(maxWorkers)...)
+	if maxWorkers < 1 {
+		errs = append(errs, invalidf("crew.%s(%d): worker limit must be at least 1", what, maxWorkers))
+	}
+	if err := errors.Join(errs...); err != nil {
+		panic(err)
+	}
+	return c
 }
 
-// check panics with an error wrapping ErrInvalid if the options contradict
-// each other or the worker limit.
-func (c *config) check(maxWorkers int) {
-	if c.crash && c.handlerSet {
-		panic(fmt.Errorf("%w: WithCrashOnPanic and WithPanicHandler contradict each other", ErrInvalid))
+// check returns what is wrong with c's values.
+func (c *config) check(maxWorkers int) []error {
+	return problems(
+		problem(c.queueSet && c.queueSize < 0, "WithQueueSize(%d): size must be at least 0", c.queueSize),
+		problem(c.idleTimeout <= 0, "WithIdleTimeout(%v): timeout must be positive", c.idleTimeout),
+		problem(c.minWorkers < 0, "WithMinWorkers(%d): count must be at least 0", c.minWorkers),
+		problem(maxWorkers >= 1 && c.minWorkers > maxWorkers, "WithMinWorkers(%d) exceeds the worker limit %d", c.minWorkers, maxWorkers),
+		problem(c.onPanic == nil, "WithPanicHandler(nil)"),
+		problem(c.errorSet && c.onError == nil, "WithErrorHandler(nil)"),
+		problem(c.ctx == nil, "WithContext(nil)"),
+		problem(c.loggerSet && c.logger == nil, "WithLogger(nil)"),
+		problem(c.crash && c.handlerSet, "WithCrashOnPanic and WithPanicHandler contradict each other"),
+		problem(c.nonBlocking && !c.queueSet, "WithNonBlocking needs WithQueueSize: an unbounded queue is never full"),
+	)
+}
+
+// applyOptions applies opts to c in order, and returns an error for each
+// nil one. It serves every constructor that takes options of a func type.
+func applyOptions[C any, O ~func(*C)](c *C, what string, opts []O) []error {
+	var errs []error
+	for i, o := range opts {
+		if o == nil {
+			errs = append(errs, invalidf("%s: option %d is nil", what, i))
+			continue
+		}
+		o(c)
 	}
-	if c.minWorkers > maxWorkers {
-		panic(fmt.Errorf("%w: WithMinWorkers(%d) exceeds the worker limit %d", ErrInvalid, c.minWorkers, maxWorkers))
+	return errs
+}
+
+// problem returns an error wrapping ErrInvalid if bad, and nil otherwise.
+func problem(bad bool, format string, args ...any) error {
+	if !bad {
+		return nil
 	}
-	if c.nonBlocking && c.queueSize < 0 {
-		panic(fmt.Errorf("%w: WithNonBlocking needs WithQueueSize: an unbounded queue is never full", ErrInvalid))
+	return invalidf(format, args...)
+}
+
+// problems returns the errors that are not nil.
+func problems(errs ...error) []error {
+	var out []error
+	for _, err := range errs {
+		if err != nil {
+			out = append(out, err)
+		}
 	}
+	return out
+}
+
+// invalidf returns an error wrapping ErrInvalid.
+func invalidf(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
 }
 
 func logPanic(p *PanicError) { log.Print(p.Error()) }
 
 // WithQueueSize bounds the number of tasks waiting for a worker to n. With
 // n == 0 a task is accepted only when a worker can take it: a direct
-// hand-off. Submissions that find the queue full wait for room (Go, Submit,
-// SubmitCtx), fail with ErrQueueFull (Go and Submit WithNonBlocking), or
-// report false (TrySubmit). By default the queue is unbounded. New panics
-// with an error wrapping ErrInvalid if n < 0.
+// hand-off. A submission that finds the queue full waits for room (Go,
+// Submit, Invoke), fails with ErrQueueFull (the same WithNonBlocking), or
+// reports false (TryGo, TrySubmit, TryInvoke); the Context forms wait
+// until their context ends. By default the queue is unbounded. n must not
+// be negative.
 func WithQueueSize(n int) Option {
-	return func(c *config) {
-		if n < 0 {
-			panic(fmt.Errorf("%w: WithQueueSize(%d): size must be at least 0", ErrInvalid, n))
-		}
-		c.queueSize = n
-	}
+	return func(c *config) { c.queueSize, c.queueSet = n, true }
 }
 
-// WithNonBlocking makes Go and Submit return ErrQueueFull instead of waiting
-// when a bounded queue is full. It needs WithQueueSize: without it New
-// panics with an error wrapping ErrInvalid.
+// WithNonBlocking makes the plain submissions (Go, Submit, Invoke) return
+// ErrQueueFull instead of waiting when a bounded queue is full; the
+// Context forms still wait. It needs WithQueueSize.
 func WithNonBlocking() Option {
 	return func(c *config) { c.nonBlocking = true }
 }
 
 // WithIdleTimeout sets how long an idle worker waits for a task before it
-// retires (DefaultIdleTimeout if not set). New panics with an error wrapping
-// ErrInvalid if d is not positive.
+// retires (DefaultIdleTimeout if not set). d must be positive.
 func WithIdleTimeout(d time.Duration) Option {
-	return func(c *config) {
-		if d <= 0 {
-			panic(fmt.Errorf("%w: WithIdleTimeout(%v): timeout must be positive", ErrInvalid, d))
-		}
-		c.idleTimeout = d
-	}
+	return func(c *config) { c.idleTimeout = d }
 }
 
-// WithMinWorkers starts n workers in New and keeps them when idle, so that a
-// burst after a quiet spell finds warm workers. n must be at most the
-// worker limit. While Resize holds the limit below n, the limit is the
-// minimum; once it grows again, workers start up to n and idle ones
-// retire down to it. New panics with an error wrapping ErrInvalid if n < 0
-// or n is above the limit.
+// WithMinWorkers starts n workers with the pool and keeps them when idle,
+// so that a burst after a quiet spell finds warm workers. n must be
+// between 0 and the worker limit. While Resize holds the limit below n,
+// the limit is the minimum; once it grows again, workers start up to n and
+// idle ones retire down to it.
 func WithMinWorkers(n int) Option {
-	return func(c *config) {
-		if n < 0 {
-			panic(fmt.Errorf("%w: WithMinWorkers(%d): count must be at least 0", ErrInvalid, n))
-		}
-		c.minWorkers = n
-	}
+	return func(c *config) { c.minWorkers = n }
 }
 
-// WithPanicHandler sets the function that receives panics recovered from
-// tasks started with Go, TrySubmit and SubmitCtx, and those of group tasks
-// that their group's Wait does not report (see Group.Wait). (A panic in a
-// Submit task completes its Task instead.) The handler runs on the worker
-// that recovered the panic, before that worker takes another task; a
-// group's, on the goroutine of the Wait that ends the group (or of a
-// ForEachSeq or MapErrSeq whose iterator panics). It must return normally:
-// a panic or runtime.Goexit in it may take the place of the panic being
-// reported. The default handler logs the panic and its stack with package
-// log. New panics with an error wrapping ErrInvalid if h is nil.
+// WithPanicHandler sets the function that receives the panics nobody
+// else receives: those of tasks started with Go, TryGo and GoContext (a
+// Submit task's panic completes its Task instead), of a function pool's
+// calls, and of group tasks that their group's Wait does not report (see
+// Group.Wait). The handler runs on the worker that recovered the panic,
+// before that worker takes another task; a group's, on the goroutine of
+// the Wait that ends the group. It must return normally: a panic or
+// runtime.Goexit in it may take the place of the panic being reported.
+// The default handler logs the panic and its stack with package log. h
+// must not be nil, and contradicts WithCrashOnPanic.
 func WithPanicHandler(h func(*PanicError)) Option {
-	return func(c *config) {
-		if h == nil {
-			panic(fmt.Errorf("%w: WithPanicHandler(nil)", ErrInvalid))
-		}
-		c.onPanic = h
-		c.handlerSet = true
-	}
+	return func(c *config) { c.onPanic, c.handlerSet = h, true }
 }
 
 // WithCrashOnPanic lets panics in tasks crash the program, as they would in
@@ -128,69 +170,22 @@ func WithCrashOnPanic() Option {
 	return func(c *config) { c.crash = true }
 }
 
-// WithContext sets the parent of the pool's context, which tasks submitted
-// with Submit receive. Cancelling parent cancels that context; it does not
-// stop the pool. New panics with an error wrapping ErrInvalid if parent is
+// WithErrorHandler sets a function that receives every non-nil error that
+// a task returns to the pool: the errors of a function pool's calls (and
+// of its state constructor, wrapped with ErrNoState), and those of Submit
+// tasks, which their Task reports as well. These are the failures that
+// Stats().Failed counts, panics aside, which go to the panic handler or
+// the Task. The handler runs on the worker that ran the task, after the
+// task, and may be called from several workers at once. h must not be
+// nil.
+func WithErrorHandler(h func(error)) Option {
+	return func(c *config) { c.onError, c.errorSet = h, true }
+}
+
+// WithContext sets the parent of the pool's context, the one its Submit
+// tasks and function calls receive (see Pool.Context). Cancelling parent
+// cancels that context; it does not stop the pool. parent must not be
 // nil.
 func WithContext(parent context.Context) Option {
-	return func(c *config) {
-		if parent == nil {
-			panic(fmt.Errorf("%w: WithContext(nil)", ErrInvalid))
-		}
-		c.ctx = parent
-	}
-}
-
-// WithName names the pool. The name labels its workers in CPU and
-// goroutine profiles (the pprof label "crew.pool"), names the runtime/trace
-// region each task runs in while an execution trace is being recorded, and
-// labels its log records and exported metrics. The pool's context (see
-// Pool.Context) carries the label too: a task that calls pprof.Do should
-// derive its context from that one, as pprof.Do restores the labels of the
-// context it is given. The labels cost nothing per task (each worker sets
-// them once, when it starts); the trace region costs one check per task
-// while no trace is recorded (under a nanosecond). An empty name is the
-// same as none.
-func WithName(name string) Option {
-	return func(c *config) { c.name = name }
-}
-
-// WithHooks sets functions that the pool calls on task and worker events;
-// see Hooks. A later WithHooks replaces an earlier one. A pool without
-// hooks, WithLatency and WithLogger pays nothing for them on its Go path.
-// With TaskStart, TaskFinish or Panic set, each task costs three clock
-// reads and one 48-byte allocation that carries its submission time, plus
-// the hooks themselves: about 100-150 ns more per task than a plain pool
-// on two cores (BENCHMARKS.md). Drop, WorkerStart and WorkerRetire cost
-// nothing per task that runs.
-func WithHooks(h Hooks) Option {
-	return func(c *config) { c.hooks = h }
-}
-
-// WithLatency makes the pool record, for every task, how long it waited in
-// the queue and how long it ran, in two histograms that Pool.Latency
-// reports with their quantiles (within HistogramRelativeError, 3.125%).
-// Each task costs three clock reads, two Histogram records and one 48-byte
-// allocation: about 100-150 ns more than on a plain pool on two cores
-// (BENCHMARKS.md), 10% of a 1 µs task and 1% of a 10 µs one. The
-// histograms take about 11 KiB per processor (2 to 8 processors counted).
-// A pool without WithLatency pays nothing.
-func WithLatency() Option {
-	return func(c *config) { c.latency = true }
-}
-
-// WithLogger makes the pool log through l: every panic that reaches the
-// panic handler (at level Error, with its stack; it replaces the default
-// handler's log.Print and comes before a handler set WithPanicHandler),
-// each task refused because the queue was full or the pool stopped (at
-// level Debug), and a summary when Stop or Shutdown finishes (at level
-// Info, or Warn when Shutdown dropped tasks). The pool logs nothing by
-// default. WithLogger panics with an error wrapping ErrInvalid if l is nil.
-func WithLogger(l *slog.Logger) Option {
-	return func(c *config) {
-		if l == nil {
-			panic(fmt.Errorf("%w: WithLogger(nil)", ErrInvalid))
-		}
-		c.logger = l
-	}
+	return func(c *config) { c.ctx = parent }
 }

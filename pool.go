@@ -2,189 +2,159 @@ package crew
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"sync"
-	"sync/atomic"
 
+	"github.com/gocrew/crew/internal/clock"
 	"github.com/gocrew/crew/internal/engine"
-	"github.com/gocrew/crew/internal/notify"
 )
 
 // A Pool runs tasks on a bounded set of reusable worker goroutines.
 //
 // Workers start lazily, up to the limit given to New, and retire after an
 // idle timeout. Tasks wait in a queue, unbounded unless WithQueueSize says
-// otherwise, and start in about the order they were submitted. All methods are
-// safe for concurrent use. A Pool must be created with New. The methods of
-// a zero Pool report an error wrapping ErrInvalid where they return one
-// (Submit through its Task), and otherwise do nothing: TrySubmit reports
-// false, Stats zeros and Context context.Background.
+// otherwise; each worker takes the oldest task of the part of the queue it
+// looks at, so tasks start roughly, not strictly, in submission order. All
+// methods are safe for concurrent use.
+//
+// Work is submitted in three forms, the same on every type of crew that
+// accepts work: the plain call (Go, Submit) waits for room in a full
+// bounded queue; the Try form (TryGo, TrySubmit) never waits; the Context
+// form (GoContext, SubmitContext) waits until its context ends. Go takes a
+// func() and returns only whether it was queued; Submit takes a
+// func(context.Context) error and returns a Task to wait on.
+//
+// A Pool must be made with New. The methods of a zero Pool report an
+// error wrapping ErrInvalid where they return one (Submit through its
+// Task), and otherwise do nothing: TryGo reports false, Stats zeros and
+// Context context.Background.
 type Pool struct {
-	// The queue holds plain funcs: 8 bytes per queued Go task. A Submit
-	// task is queued as its run method and also listed in queued, so that
-	// Shutdown can complete the ones it drops.
-	e           *engine.Engine[func()]
-	ctx         context.Context
-	cancel      context.CancelFunc
-	nonBlocking bool
-	crash       bool
-	onPanic     func(*PanicError)
-	failed      atomic.Uint64
-	panicked    atomic.Uint64 // Submit tasks that panicked; the engine counts the rest
-	// Submit tasks that a worker found dropped as it began them (see
-	// dropListed): in all for Stats, and not yet in a ShutdownError.
-	lateDrops, lateUnreported atomic.Uint64
-	completedHigh             atomic.Uint64 // the highest Completed Stats has reported
+	c poolCore[func()]
 
 	mu     sync.Mutex
-	queued taskList // Submit tasks accepted and not started
-
-	name string    // WithName
-	obs  *observer // nil unless WithHooks, WithLatency or WithLogger (observe.go)
-	slow bool      // nonBlocking || obs != nil: push goes through pushSlow
-
-	// gaveUp is set once the pool will run nothing more: Shutdown's
-	// deadline has passed, or Stop or Shutdown is returning. The layers
-	// (layer.go) then drop what they hold. The pool's context cannot tell
-	// them, as WithContext's parent may cancel it while the pool runs on;
-	// ended (made by the first layer, guarded by mu) is cancelled with it.
-	// (Kept after the fields Go reads.)
-	gaveUp    atomic.Bool
-	ended     context.Context
-	endedStop context.CancelFunc
-	// holds counts what giveUp waits for, so that the layers have dropped
-	// what they hold when Stop returns: their calls registered on ended
-	// that have neither run to the end nor been undone, and their drops
-	// under way (see layer.holdDrop).
-	holds    atomic.Int64
-	released notify.Cond
+	queued taskList // Submit tasks accepted and not started (see dropListed)
 }
 
 // New returns a pool that runs at most maxWorkers tasks at a time.
 //
-// New panics if maxWorkers is less than 1 or an option is invalid (the panic
-// value is an error wrapping ErrInvalid). Like make with a negative size,
-// these are mistakes in the program rather than conditions to handle at run
-// time, and a pool that failed to build has no sensible zero value to return.
+// New panics if maxWorkers is less than 1 or an option is invalid (the
+// panic value is an error wrapping ErrInvalid). Like make with a negative
+// size, these are mistakes in the program rather than conditions to handle
+// at run time, and a pool that failed to build has no sensible zero value
+// to return.
 func New(maxWorkers int, opts ...Option) *Pool {
-	if maxWorkers < 1 {
-		panic(fmt.Errorf("%w: crew.New(%d): worker limit must be at least 1", ErrInvalid, maxWorkers))
-	}
-	c := defaultConfig()
-	for i, o := range opts {
-		if o == nil {
-			panic(fmt.Errorf("%w: crew.New: option %d is nil", ErrInvalid, i))
-		}
-		o(&c)
-	}
-	c.check(maxWorkers)
-	p := &Pool{nonBlocking: c.nonBlocking, crash: c.crash, onPanic: c.onPanic}
-	p.ctx, p.cancel = context.WithCancel(c.ctx)
-	cfg := engine.Config[func()]{
-		MaxWorkers:  maxWorkers,
-		MinWorkers:  c.minWorkers,
-		QueueSize:   c.queueSize,
-		IdleTimeout: c.idleTimeout,
-		Run:         run,
-	}
-	if !c.crash {
-		cfg.OnPanic = p.recovered
-	}
-	p.setupObservability(&c, &cfg)
-	p.slow = p.nonBlocking || p.obs != nil
-	p.e = engine.New(cfg)
+	cfg := configure("New", maxWorkers, opts)
+	p := new(Pool)
+	p.c.dropListed = p.dropListed
+	p.c.start(cfg, maxWorkers, engine.Config[func()]{Run: call}, stampFunc)
 	return p
 }
 
-// Go submits task to run on a worker and returns without waiting for it.
-// It makes no allocation per task; a backlog that outgrows the queue's
-// rings goes into chunks, which double in size and are reused, so a
-// backlog of n tasks costs about log2(n) allocations in each part of the
-// queue it fills. BENCHMARKS.md has its cost per task (tens of
-// nanoseconds on two cores). When tasks pile up (the part of the queue it
-// picks holds 64) while tasks are short (the last one timed took under
-// 2 µs), on at most two processors (GOMAXPROCS when the pool was made),
-// and either every worker the limit allows is live or the program has few
-// goroutines, Go yields its processor once (runtime.Gosched) before
-// queueing, so that a producer outpacing the pool lets the workers catch
-// up. Go queues at once when tasks are longer, since the yield would wait
-// for them, and on more than two processors, where the workers are more
-// often running already and the yield costs more than it saves.
+// call runs a task of a Pool's queue.
+func call(task func()) { task() }
+
+// stampFunc is a Pool's stamp: the task goes into a closure that carries
+// its submission time and observes it as it runs.
+func stampFunc(o *observer, task func(), t *Task) func() {
+	enq := clock.Now()
+	return func() { runObserved(o, callTask, task, t, enq) }
+}
+
+// callTask is call for runObserved: a Pool's task returns no error (a
+// Submit task's is in its Task).
+func callTask(task func()) error {
+	task()
+	return nil
+}
+
+// Go queues task to run on a worker and returns without waiting for it to
+// run. It allocates nothing; BENCHMARKS.md has its cost per task.
 //
 // If the pool's queue is bounded and full, Go waits for room, or returns
-// ErrQueueFull WithNonBlocking. Called from inside one of the pool's own
-// tasks it waits too, since another worker may free room, unless every
-// worker is a task waiting like it: then no room can ever come, and Go
-// returns an error wrapping ErrQueueFull. It returns ErrStopped once Stop or Shutdown
-// has begun, and ErrNilTask for a nil task. A panic in task goes to the
-// pool's panic handler (see WithPanicHandler).
+// ErrQueueFull on a pool built WithNonBlocking. Called from inside one of
+// the pool's own tasks it waits too, since another worker may free room,
+// unless every worker is a task waiting like it: then no room can ever
+// come, and Go returns an error wrapping ErrQueueFull. Go returns
+// ErrStopped once Stop or Shutdown has begun and ErrNilTask for a nil task.
+// A panic in task goes to the pool's panic handler (see WithPanicHandler).
 func (p *Pool) Go(task func()) error {
 	if task == nil {
 		return ErrNilTask
 	}
-	return p.push(task)
+	return p.core().push(task, nil)
 }
 
-// TrySubmit submits task if the pool can queue it without waiting, and
-// reports whether it did. It returns false when a bounded queue is full,
-// after Stop or Shutdown has begun, and for a nil task.
-func (p *Pool) TrySubmit(task func()) bool {
-	if task == nil || p.unusable() {
-		return false
-	}
-	if p.obs != nil {
-		return p.obs.push(nil, task, nil, pushTry) == nil
-	}
-	return p.e.TryPush(task) == nil
+// TryGo queues task if that needs no waiting, and reports whether it did.
+// It returns false when a bounded queue is full, once Stop or Shutdown has
+// begun, and for a nil task.
+func (p *Pool) TryGo(task func()) bool {
+	return task != nil && p.core().tryPush(task, nil) == nil
 }
 
-// SubmitCtx submits task, waiting while a bounded queue is full. It gives up
-// with ctx's error when ctx ends first, or is already done; it waits even on
-// a pool built WithNonBlocking. It returns ErrStopped once Stop or Shutdown
-// has begun, ErrNilTask for a nil task, and an error wrapping ErrInvalid
-// for a nil ctx.
-func (p *Pool) SubmitCtx(ctx context.Context, task func()) error {
-	switch {
-	case task == nil:
+// GoContext queues task, waiting while a bounded queue is full until ctx
+// ends; it waits even on a pool built WithNonBlocking. It returns ctx's
+// error if ctx ends first (or has ended), ErrStopped once Stop or Shutdown
+// has begun, ErrNilTask for a nil task and an error wrapping ErrInvalid
+// for a nil ctx. ctx bounds only the wait for room: a queued task runs
+// whatever becomes of ctx.
+func (p *Pool) GoContext(ctx context.Context, task func()) error {
+	if task == nil {
 		return ErrNilTask
-	case p.unusable():
-		return errZeroPool
 	}
-	if ctx == nil {
-		return fmt.Errorf("%w: SubmitCtx with a nil context", ErrInvalid)
-	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if p.obs != nil {
-		return p.obs.push(ctx, task, nil, pushCtx)
-	}
-	return p.e.Push(ctx, task)
+	return p.core().pushContext(ctx, task, nil)
 }
 
-// Submit submits task and returns a Task to wait for its result. task
-// receives the pool's context (see Context), which Shutdown cancels when its
-// deadline passes.
+// Submit queues task like Go and returns a Task to wait for its result.
+// task receives the pool's context (see Context), which Shutdown cancels
+// when its deadline passes.
 //
-// Submitting never fails silently: when the task cannot be queued (ErrStopped,
-// ErrQueueFull WithNonBlocking, ErrNilTask, or an error wrapping ErrInvalid
-// for a nil or zero Pool) the returned Task is already done with that error. A panic in task completes the Task with a *PanicError
-// (unless the pool was built WithCrashOnPanic). It costs three small
-// allocations (the Task, its channel and its run method) and a short
-// critical section that lets Shutdown find it if it is dropped.
+// Submit never fails silently: when task cannot be queued (ErrStopped,
+// ErrQueueFull on a pool built WithNonBlocking, ErrNilTask, or an error
+// wrapping ErrInvalid for a nil or zero Pool) the returned Task is already
+// done with that error, and a queued task that Shutdown drops completes
+// with ErrDropped. A panic in task completes the Task with a *PanicError
+// (unless the pool was built WithCrashOnPanic). Submit costs three small
+// allocations: the Task, its channel and its run method.
 func (p *Pool) Submit(task func(ctx context.Context) error) *Task {
+	return p.submit(nil, task, pushGo)
+}
+
+// TrySubmit is Submit without waiting: it queues task if that needs no
+// waiting and reports whether it did. When it did not, the Task is already
+// done with the reason: ErrQueueFull, ErrStopped, ErrNilTask, or an error
+// wrapping ErrInvalid.
+func (p *Pool) TrySubmit(task func(ctx context.Context) error) (*Task, bool) {
+	t := p.submit(nil, task, pushTry)
+	return t, !t.refused
+}
+
+// SubmitContext is Submit with GoContext's wait: while a bounded queue is
+// full it waits for room until ctx ends, and then returns a Task already
+// done with ctx's error. ctx bounds only the wait for room; the task
+// receives the pool's context, as with Submit.
+func (p *Pool) SubmitContext(ctx context.Context, task func(ctx context.Context) error) *Task {
+	if ctx == nil {
+		t := &Task{p: p, done: make(chan struct{})}
+		t.refuse(invalidf("SubmitContext: nil context"))
+		return t
+	}
+	return p.submit(ctx, task, pushCtx)
+}
+
+// submit is the Submit forms.
+func (p *Pool) submit(ctx context.Context, task func(context.Context) error, mode pushMode) *Task {
 	t := &Task{p: p, fn: task, done: make(chan struct{})}
 	switch {
 	case task == nil:
-		t.finish(ErrNilTask)
-	case p.unusable():
-		t.finish(errZeroPool)
+		t.refuse(ErrNilTask)
+	case !p.core().usable():
+		t.refuse(errZeroPool)
+	case ctx != nil && ctx.Err() != nil:
+		t.refuse(ctx.Err())
 	default:
 		p.list(t)
-		if err := p.pushTask(t); err != nil {
+		if err := p.pushTask(ctx, t, mode); err != nil {
 			p.unlist(t)
-			t.finish(err)
+			t.refuse(err)
 		} else if !t.state.CompareAndSwap(pushing, accepted) && t.state.Load() == passed {
 			// Shutdown's dropListed passed this task over while we were
 			// pushing it: it was accepted, then dropped unstarted. (Or a
@@ -195,41 +165,13 @@ func (p *Pool) Submit(task func(ctx context.Context) error) *Task {
 	return t
 }
 
-// pushTask queues a Submit task's run method.
-func (p *Pool) pushTask(t *Task) error {
-	if p.obs != nil {
-		return p.obs.push(nil, t.run, t, pushGo)
+// pushTask queues a Submit task's run method as mode says.
+func (p *Pool) pushTask(ctx context.Context, t *Task, mode pushMode) error {
+	c := &p.c
+	if mode == pushGo && !c.slow {
+		return c.e.Push(nil, t.run)
 	}
-	return p.push(t.run)
-}
-
-// push queues task for Go (and Submit). A plain pool tests the same two
-// fields as before observability existed: the engine, and slow, which
-// folds WithNonBlocking and observability into one flag.
-func (p *Pool) push(task func()) error {
-	switch {
-	case p.unusable():
-		return errZeroPool
-	case p.slow:
-		return p.pushSlow(task)
-	}
-	return p.e.Push(nil, task)
-}
-
-// pushSlow is push for a pool built WithNonBlocking or observed.
-func (p *Pool) pushSlow(task func()) error {
-	if p.obs != nil {
-		return p.obs.push(nil, task, nil, pushGo)
-	}
-	return p.pushPlain(task)
-}
-
-// pushPlain is push without observation.
-func (p *Pool) pushPlain(task func()) error {
-	if p.nonBlocking {
-		return p.e.TryPush(task)
-	}
-	return p.e.Push(nil, task)
+	return c.pushAs(ctx, t.run, t, mode)
 }
 
 // Context returns the context that Submit tasks receive. It is cancelled
@@ -237,24 +179,22 @@ func (p *Pool) pushPlain(task func()) error {
 // from inside one of the pool's own tasks, which returns at once, leaves it
 // to a later call from outside), and when the parent given WithContext is
 // cancelled.
-func (p *Pool) Context() context.Context {
-	if p.unusable() {
-		return context.Background()
-	}
-	return p.ctx
-}
+func (p *Pool) Context() context.Context { return p.core().context() }
 
-// Wait blocks until no task is queued or running, without stopping the pool.
-// It returns at once when the pool is idle. Tasks submitted while Wait waits
-// also count, so under a steady stream of submissions it returns only at a
-// moment when the pool is idle. Wait panics with an error wrapping
-// ErrInsideTask when called from inside one of the pool's own tasks: it
-// would wait for itself forever.
-func (p *Pool) Wait() {
-	if !p.unusable() {
-		waitEngine(p.e)
-	}
-}
+// Done returns a channel that is closed once the pool will start none of
+// the tasks it has queued: when Stop has run them all and is returning,
+// or when Shutdown's deadline has passed and it has dropped them. Unlike
+// Context, it is not closed by the end of WithContext's parent. A zero
+// Pool's channel is closed.
+func (p *Pool) Done() <-chan struct{} { return p.core().done() }
+
+// Wait blocks until no task is queued or running, without stopping the
+// pool. It returns at once when the pool is idle. Tasks submitted while
+// Wait waits also count, so under a steady stream of submissions it
+// returns only at a moment when the pool is idle. Wait panics with an
+// error wrapping ErrInsideTask when called from inside one of the pool's
+// own tasks: it would wait for itself forever.
+func (p *Pool) Wait() { p.core().wait() }
 
 // Stop stops the pool: it refuses new work (ErrStopped), runs every task
 // already queued, and returns when they have finished and every worker
@@ -265,73 +205,68 @@ func (p *Pool) Wait() {
 // while Stop waited, Stop closes the pool and returns at once; the queued
 // tasks still run, the workers exit as they find the queue empty, and a
 // Stop from outside the pool waits for them.
-func (p *Pool) Stop() {
-	if p.unusable() {
-		return
-	}
-	var began int64
-	if p.obs != nil {
-		began = monotime()
-	}
-	if stopEngine(p.e, p.giveUp, nil) && p.obs != nil {
-		// Once the pool has stopped, not from inside a task; a Shutdown
-		// racing this Stop may have dropped tasks, and its summary would
-		// come second.
-		p.obs.stopped(began, int(p.Stats().Dropped))
-	}
-}
+func (p *Pool) Stop() { p.core().stop() }
 
 // Shutdown stops the pool like Stop, but gives up waiting for queued tasks
 // when ctx ends. Then it cancels the pool's context (see Context), removes
-// every task that has not started, waits for the running ones to return, and
-// reports a *ShutdownError with the exact number of tasks it dropped. Dropped
-// Submit tasks complete with ErrDropped. Shutdown returns nil when every
-// task had returned before ctx ended; when ctx ends while tasks still run
-// (and see their context cancelled), Dropped may be 0. No worker goroutine
-// outlives it, so a running task that ignores its context delays it. A nil
-// ctx never ends: Shutdown(nil) waits like Stop.
+// every task that has not started, waits for the running ones to return,
+// and reports a *ShutdownError with the exact number of tasks it dropped.
+// Dropped Submit tasks complete with ErrDropped. Shutdown returns nil when
+// every task had returned before ctx ended; when ctx ends while tasks
+// still run (and see their context cancelled), Dropped may be 0. No worker
+// goroutine outlives it, so a running task that ignores its context delays
+// it. A nil ctx never ends: Shutdown(nil) waits like Stop.
 //
 // Called from inside one of the pool's own tasks, Shutdown closes the pool
 // and returns an error wrapping ErrInsideTask at once, as Stop does.
-func (p *Pool) Shutdown(ctx context.Context) error {
-	if p.unusable() {
-		return errZeroPool
-	}
-	var began int64
-	if p.obs != nil {
-		began = monotime()
-	}
-	err := shutdownEngine(ctx, p.e, p.giveUp, p.givingUp, p.dropListed, nil)
-	if p.obs != nil && !errors.Is(err, ErrInsideTask) {
-		p.obs.stopped(began, int(p.Stats().Dropped)) // late drops included
-	}
-	return err
-}
+func (p *Pool) Shutdown(ctx context.Context) error { return p.core().shutdown(ctx) }
 
 // Resize changes the worker limit to n. When n grows, workers start at once
 // for queued tasks; when it shrinks, workers beyond n retire as they finish
-// their current task, and idle ones (Stats.Idle) as they are woken. A worker
-// that was looking for a task as Resize returned may still start one. No
-// task is lost or run twice. A bounded queue keeps
-// its size. Resize returns an error wrapping ErrInvalid if n < 1.
-func (p *Pool) Resize(n int) error {
-	switch {
-	case p.unusable():
-		return errZeroPool
-	case n < 1:
-		return fmt.Errorf("%w: Resize(%d): worker limit must be at least 1", ErrInvalid, n)
+// their current task, and idle ones (Stats.Idle) as they are woken. A
+// worker that was looking for a task as Resize returned may still start
+// one. No task is lost or run twice. A bounded queue keeps its size.
+// Resize returns an error wrapping ErrInvalid if n < 1.
+func (p *Pool) Resize(n int) error { return p.core().resize(n) }
+
+// Stats returns a snapshot of the pool's counters. It takes no lock that
+// tasks wait for; its cost grows with the live workers, whose counts it
+// sums.
+func (p *Pool) Stats() Stats { return p.core().stats() }
+
+// Name returns the name given WithName, or "".
+func (p *Pool) Name() string { return p.core().poolName() }
+
+// Latency returns the queue-wait and run-time histograms of a pool built
+// WithLatency, and false for any other pool. Each call takes a fresh
+// snapshot.
+func (p *Pool) Latency() (LatencySnapshot, bool) { return p.core().latency() }
+
+// core returns p's core, nil for a nil Pool.
+func (p *Pool) core() *poolCore[func()] {
+	if p == nil {
+		return nil
 	}
-	p.e.Resize(n)
-	return nil
+	return &p.c
 }
 
-func run(task func()) { task() }
+// pool makes a Pool an Executor.
+func (p *Pool) pool() *Pool { return p }
 
-// unusable reports a nil Pool or one not made by New.
-func (p *Pool) unusable() bool { return p == nil || p.e == nil }
+// crashes reports whether p was built WithCrashOnPanic: group and layer
+// tasks then let panics crash the program, like the pool's own tasks.
+func (p *Pool) crashes() bool { return p != nil && p.c.crash }
 
-// recovered receives panics from Go, TrySubmit and SubmitCtx tasks; Submit
-// tasks recover their own.
-func (p *Pool) recovered(_ func(), v any, stack []byte) {
-	p.onPanic(&PanicError{Value: v, Stack: stack})
-}
+// notePanic counts a panic recovered from a group or layer task in
+// Stats().Panicked.
+func (p *Pool) notePanic() { p.c.panicked.Add(1) }
+
+// refuses reports why p takes no new work, or nil when it does.
+func (p *Pool) refuses() error { return p.core().refuses() }
+
+// over reports whether p has ended: it will start nothing more of what it
+// queued (see end).
+func (p *Pool) over() bool { return p.c.end.over() }
+
+// maxWorkers returns p's worker limit, 1 for a zero pool.
+func (p *Pool) maxWorkers() int { return max(1, p.Stats().MaxWorkers) }

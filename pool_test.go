@@ -97,11 +97,11 @@ func TestSubmissionAfterStopIsRefused(t *testing.T) {
 	if err := p.Submit(func(context.Context) error { task(); return nil }).Wait(); err != crew.ErrStopped {
 		t.Errorf("Submit = %v, want ErrStopped", err)
 	}
-	if err := p.SubmitCtx(context.Background(), task); err != crew.ErrStopped {
-		t.Errorf("SubmitCtx = %v, want ErrStopped", err)
+	if err := p.GoContext(context.Background(), task); err != crew.ErrStopped {
+		t.Errorf("GoContext = %v, want ErrStopped", err)
 	}
-	if p.TrySubmit(task) {
-		t.Error("TrySubmit accepted a task after Stop")
+	if p.TryGo(task) {
+		t.Error("TryGo accepted a task after Stop")
 	}
 	p.Stop() // idempotent
 	if err := p.Shutdown(context.Background()); err != nil {
@@ -119,16 +119,16 @@ func TestBadInput(t *testing.T) {
 	if err := p.Submit(nil).Wait(); err != crew.ErrNilTask {
 		t.Errorf("Submit(nil) = %v", err)
 	}
-	if err := p.SubmitCtx(context.Background(), nil); err != crew.ErrNilTask {
-		t.Errorf("SubmitCtx(nil) = %v", err)
+	if err := p.GoContext(context.Background(), nil); err != crew.ErrNilTask {
+		t.Errorf("GoContext(nil) = %v", err)
 	}
-	if p.TrySubmit(nil) {
-		t.Error("TrySubmit(nil) = true")
+	if p.TryGo(nil) {
+		t.Error("TryGo(nil) = true")
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if err := p.SubmitCtx(ctx, func() { t.Error("ran with a cancelled context") }); err != context.Canceled {
-		t.Errorf("SubmitCtx(cancelled) = %v", err)
+	if err := p.GoContext(ctx, func() { t.Error("ran with a cancelled context") }); err != context.Canceled {
+		t.Errorf("GoContext(cancelled) = %v", err)
 	}
 	for _, n := range []int{0, -1} {
 		if err := p.Resize(n); !errors.Is(err, crew.ErrInvalid) {
@@ -170,11 +170,11 @@ func TestZeroPoolReportsAnError(t *testing.T) {
 	if err := p.Submit(func(context.Context) error { return nil }).Wait(); !errors.Is(err, crew.ErrInvalid) {
 		t.Errorf("Submit = %v", err)
 	}
-	if err := p.SubmitCtx(context.Background(), func() {}); !errors.Is(err, crew.ErrInvalid) {
-		t.Errorf("SubmitCtx = %v", err)
+	if err := p.GoContext(context.Background(), func() {}); !errors.Is(err, crew.ErrInvalid) {
+		t.Errorf("GoContext = %v", err)
 	}
-	if p.TrySubmit(func() {}) {
-		t.Error("TrySubmit = true")
+	if p.TryGo(func() {}) {
+		t.Error("TryGo = true")
 	}
 	if err := p.Resize(2); !errors.Is(err, crew.ErrInvalid) {
 		t.Errorf("Resize = %v", err)
@@ -197,18 +197,18 @@ func TestBoundedQueue(t *testing.T) {
 	defer p.Stop()
 	// One running, two queued: full.
 	for range 3 {
-		if !p.TrySubmit(block) {
-			t.Fatal("TrySubmit refused a task with room")
+		if !p.TryGo(block) {
+			t.Fatal("TryGo refused a task with room")
 		}
 	}
-	if p.TrySubmit(block) {
-		t.Fatal("TrySubmit accepted a task beyond the queue size")
+	if p.TryGo(block) {
+		t.Fatal("TryGo accepted a task beyond the queue size")
 	}
-	// SubmitCtx waits, then gives up with its context.
+	// GoContext waits, then gives up with its context.
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
-	if err := p.SubmitCtx(ctx, block); err != context.DeadlineExceeded {
-		t.Fatalf("SubmitCtx on a full queue = %v, want DeadlineExceeded", err)
+	if err := p.GoContext(ctx, block); err != context.DeadlineExceeded {
+		t.Fatalf("GoContext on a full queue = %v, want DeadlineExceeded", err)
 	}
 	// Go waits for room and gets it once a task finishes.
 	accepted := make(chan error)
@@ -423,7 +423,7 @@ func TestStopRacingShutdownWaitsForTheDroppedTasks(t *testing.T) {
 	}
 	stopped := make(chan struct{})
 	go func() { p.Stop(); close(stopped) }()
-	waitUntil(t, trapDeadline, "Stop to close the pool", func() bool { return !p.TrySubmit(func() {}) })
+	waitUntil(t, trapDeadline, "Stop to close the pool", func() bool { return !p.TryGo(func() {}) })
 	shutdown := make(chan error, 1)
 	go func() { shutdown <- p.Shutdown(ctx) }()
 	waitUntil(t, trapDeadline, "Shutdown's drain", func() bool { return p.Stats().Queued == 0 })
@@ -633,7 +633,7 @@ func TestConcurrentSubmitResizeAndStop(t *testing.T) {
 				case 1:
 					err = p.Submit(func(context.Context) error { ran.Add(1); return nil }).Wait()
 				case 2:
-					err = p.SubmitCtx(context.Background(), func() { ran.Add(1) })
+					err = p.GoContext(context.Background(), func() { ran.Add(1) })
 				}
 				if err == crew.ErrStopped {
 					return
@@ -686,7 +686,7 @@ func TestConcurrentShutdownsReportEachDropOnce(t *testing.T) {
 	eventually(t, "both Shutdowns to wait for the running task", func() bool {
 		n := 0
 		for _, g := range strings.Split(leak.Dump(), "\n\n") {
-			if strings.Contains(g, "crew.shutdownEngine") && strings.Contains(g, "notify.(*Cond).Wait") {
+			if strings.Contains(g, "poolCore[...]).shutdown") && strings.Contains(g, "notify.(*Cond).Wait") {
 				n++
 			}
 		}

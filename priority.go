@@ -3,11 +3,12 @@ package crew
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/gocrew/crew/internal/clock"
 )
 
 // A Priority runs tasks on an Executor (a pool, or a RateLimited), starting
@@ -29,22 +30,22 @@ import (
 //
 // # Cost
 //
-// Each task is kept in a heap under a mutex, and one step is
-// submitted to the pool for it; the step runs the best task queued when it
-// starts, which need not be the one it was submitted for. The pool does not
-// know about priorities and its own Go path pays nothing for them. Go costs
-// a heap push (O(log n) for n queued tasks), the pool submission and a heap
-// pop: BENCHMARKS.md compares it with Pool.Go. Tasks already in the pool's
-// queue when a higher-priority task arrives do not move, but they are
-// steps, not tasks: the task a step runs is chosen when it starts.
+// Each task is kept in a heap under a mutex, and one step is submitted to
+// the pool for it; the step runs the best task queued when it starts, which
+// need not be the one it was submitted for. The pool does not know about
+// priorities and its own Go path pays nothing for them. Go costs a heap
+// push (O(log n) for n queued tasks), the pool submission and a heap pop.
+// Tasks already in the pool's queue when a higher-priority task arrives do
+// not move, but they are steps, not tasks: the task a step runs is chosen
+// when it starts.
 //
 // A Priority must be made with NewPriority; its methods are safe for
 // concurrent use. Several may share one pool.
 type Priority struct {
 	l     layer
-	clock nanoClock
-	aging int64     // nanoseconds per priority level; 0: strict priorities
-	step  layerStep // q.run under q's number (see layer.mark), made once
+	clock func() int64 // clock.Now; tests replace it
+	aging int64        // nanoseconds per priority level; 0: strict priorities
+	step  layerStep    // q.run under q's number (see layer.mark), made once
 
 	mu      sync.Mutex
 	h       []prioItem   // a 4-ary min-heap on (key, seq)
@@ -72,31 +73,33 @@ func (a *prioItem) before(b *prioItem) bool {
 // unless WithAging says otherwise.
 const DefaultAging = 100 * time.Millisecond
 
-// A PriorityOption configures a Priority in NewPriority.
-type PriorityOption func(*Priority)
+// A PriorityOption configures a Priority in NewPriority, which reports an
+// invalid one (see Option).
+type PriorityOption func(*priorityConfig)
+
+type priorityConfig struct {
+	aging time.Duration
+}
 
 // WithAging sets how long a queued task waits to gain one level of
 // priority (DefaultAging if not set). d == 0 turns aging off: strict
 // priorities, under which a steady stream of high-priority tasks starves
-// the low ones. WithAging panics with an error wrapping ErrInvalid if
-// d < 0.
+// the low ones. d must not be negative.
 func WithAging(d time.Duration) PriorityOption {
-	if d < 0 {
-		panic(fmt.Errorf("%w: WithAging(%v): duration must not be negative", ErrInvalid, d))
-	}
-	return func(q *Priority) { q.aging = int64(d) }
+	return func(c *priorityConfig) { c.aging = d }
 }
 
 // NewPriority returns a Priority that runs its tasks on ex (a *Pool or a
-// *RateLimited). It panics with an error wrapping ErrInvalid if ex is nil.
+// *RateLimited). It panics with an error wrapping ErrInvalid if ex is nil
+// or an option is nil or invalid.
 func NewPriority(ex Executor, opts ...PriorityOption) *Priority {
-	q := &Priority{aging: int64(DefaultAging), clock: newNanoClock()}
-	for _, o := range opts {
-		if o == nil {
-			panic(fmt.Errorf("%w: NewPriority: nil option", ErrInvalid))
-		}
-		o(q)
+	c := priorityConfig{aging: DefaultAging}
+	errs := applyOptions(&c, "crew.NewPriority", opts)
+	errs = append(errs, problem(c.aging < 0, "WithAging(%v): duration must not be negative", c.aging))
+	if err := errors.Join(errs...); err != nil {
+		panic(err)
 	}
+	q := &Priority{aging: int64(c.aging), clock: clock.Now}
 	q.l.init(ex, "NewPriority", q.abandon)
 	q.step = q.l.mark(q.run, func() { q.stepFailed(ErrDropped) })
 	return q
@@ -104,12 +107,12 @@ func NewPriority(ex Executor, opts ...PriorityOption) *Priority {
 
 // Go queues task with priority prio (higher runs sooner; any int, but
 // WithAging(d) counts those beyond ±math.MaxInt64/4/d.Nanoseconds() as
-// that bound: about ±2.3e10 at DefaultAging, ±640,000 at an hour) and
-// submits a step for it to the executor. It waits for room in a bounded
-// pool queue like Pool.Go (ErrQueueFull WithNonBlocking), returns
-// ErrStopped once the pool has begun to stop and ErrNilTask for a nil task.
-// A panic in task goes to the pool's panic handler. Go allocates nothing
-// beyond the task's closure, except when the heap grows.
+// that bound) and submits a step for it to the executor. It waits for room
+// in a full bounded pool queue like Pool.Go (ErrQueueFull on a pool built
+// WithNonBlocking), returns ErrStopped once the pool has begun to stop and
+// ErrNilTask for a nil task. A panic in task goes to the pool's panic
+// handler. Go allocates nothing beyond the task's closure, except when the
+// heap grows.
 //
 // Pool.Stop runs the tasks Go accepted, with one exception: since a step
 // runs the best task, not its own, a Go that the stopping pool refuses may
@@ -117,15 +120,26 @@ func NewPriority(ex Executor, opts ...PriorityOption) *Priority {
 // task without a step; if no step of q is left to take it on, that task is
 // dropped. When Shutdown's deadline passes, the tasks that have not started
 // are dropped. Dropped tasks are counted in Stats().Dropped, and a Task
-// made by Submit completes with ErrDropped.
+// made by a Submit form completes with ErrDropped.
 func (q *Priority) Go(prio int, task func()) error {
-	switch {
-	case q.layer().zero():
-		return errZeroLayer
-	case task == nil:
-		return ErrNilTask
-	}
-	return q.push(prio, layerEntry{fn: task})
+	return submitGo(q.layer(), q.push, nil, prio, task, pushGo)
+}
+
+// TryGo queues task with priority prio like Go if that needs no waiting,
+// and reports whether it did: it returns false when the pool's bounded
+// queue has no room for its step, once the pool has begun to stop, and for
+// a nil task.
+func (q *Priority) TryGo(prio int, task func()) bool {
+	return submitGo(q.layer(), q.push, nil, prio, task, pushTry) == nil
+}
+
+// GoContext queues task with priority prio like Go, waiting for room in a
+// full bounded queue until ctx ends (even on a pool built WithNonBlocking);
+// it then returns ctx's error. ctx bounds only the wait: a queued task runs
+// whatever becomes of ctx. It returns an error wrapping ErrInvalid for a
+// nil ctx.
+func (q *Priority) GoContext(ctx context.Context, prio int, task func()) error {
+	return submitGo(q.layer(), q.push, ctx, prio, task, pushCtx)
 }
 
 // Submit queues task with priority prio like Go and returns a Task to wait
@@ -133,11 +147,19 @@ func (q *Priority) Go(prio int, task func()) error {
 // be queued is already done with the error; one dropped because the pool
 // stopped first completes with ErrDropped.
 func (q *Priority) Submit(prio int, task func(ctx context.Context) error) *Task {
-	t, err := newLayerTask(q.layer(), task)
-	if err == nil {
-		q.push(prio, layerEntry{t: t})
-	}
-	return t
+	return submitTask(q.layer(), q.push, nil, prio, task, pushGo)
+}
+
+// TrySubmit is Submit with TryGo's rule: it reports whether task was
+// queued, and if not, the Task is already done with the reason.
+func (q *Priority) TrySubmit(prio int, task func(ctx context.Context) error) (*Task, bool) {
+	t := submitTask(q.layer(), q.push, nil, prio, task, pushTry)
+	return t, !t.refused
+}
+
+// SubmitContext is Submit with GoContext's wait for room, until ctx ends.
+func (q *Priority) SubmitContext(ctx context.Context, prio int, task func(ctx context.Context) error) *Task {
+	return submitTask(q.layer(), q.push, ctx, prio, task, pushCtx)
 }
 
 // Wait blocks until every task queued on q has finished or been dropped.
@@ -148,23 +170,18 @@ func (q *Priority) Submit(prio int, task func(ctx context.Context) error) *Task 
 // Pool.Wait. Any other caller may wait, a plain task of the pool or a task
 // of another layer included. Recognising the caller costs microseconds,
 // and only when Wait is about to block.
-func (q *Priority) Wait() {
-	if !q.layer().zero() {
-		q.l.wait("Priority")
-	}
-}
+func (q *Priority) Wait() { q.layer().wait("Priority") }
 
 // Stats returns a snapshot of q's counters; Waiting counts the tasks in
 // its heap.
-func (q *Priority) Stats() LayerStats {
-	if q.layer().zero() {
-		return LayerStats{}
-	}
-	s := q.l.stats()
+func (q *Priority) Stats() LayerStats { return q.layer().stats(q.waiting) }
+
+// waiting fills the counts Stats adds to the layer's: the tasks in the
+// heap.
+func (q *Priority) waiting(s *LayerStats) {
 	q.mu.Lock()
 	s.Waiting = len(q.h)
 	q.mu.Unlock()
-	return s
 }
 
 // layer returns q's layer, nil if q is nil.
@@ -189,7 +206,8 @@ func (q *Priority) key(prio int) int64 {
 	return q.clock() - p*q.aging
 }
 
-func (q *Priority) push(prio int, e layerEntry) error {
+// push queues e with priority prio and submits a step for it as mode says.
+func (q *Priority) push(ctx context.Context, prio int, e layerEntry, mode pushMode) error {
 	key := q.key(prio) // reads the clock: outside the lock
 	q.mu.Lock()
 	if err := q.l.refuses(); err != nil {
@@ -203,7 +221,7 @@ func (q *Priority) push(prio int, e layerEntry) error {
 	q.pending++
 	q.l.accept()
 	q.mu.Unlock()
-	if err := q.l.ex.layerSubmit(q.step, submitGo); err != nil {
+	if err := q.l.steps.submit(ctx, q.step, mode); err != nil {
 		return q.failed(seq, err)
 	}
 	return nil
@@ -248,15 +266,16 @@ func (q *Priority) settle(err error) {
 		// after raising orphans. A pending step whose submission fails
 		// settles in turn.
 		q.mu.Unlock()
-	case errors.Is(err, ErrQueueFull):
-		// Nobody to adopt it, and the pool's queue is full (a Go from
-		// inside a task may have found every worker waiting for room): a
-		// step of its own waits for room, on a goroutine of its own, as
+	case err != ErrStopped && err != ErrDropped:
+		// Nobody to adopt it, and the executor refused the step for now:
+		// its queue is full (a Go from inside a task may have found every
+		// worker waiting for room), or the submitter's context ended. A
+		// step of its own waits for room on the stepper's goroutine, as
 		// the caller may be the worker that room waits for.
 		q.pending++
 		q.countOrphans()
 		q.mu.Unlock()
-		go q.submitWaiting()
+		q.l.steps.owe(q.step)
 	default:
 		// Nobody to adopt them, and the pool has stopped: no task queued
 		// will run. (Dropping only this refusal's orphan would leave one
@@ -266,16 +285,9 @@ func (q *Priority) settle(err error) {
 	}
 }
 
-// submitWaiting submits a step for an orphan, waiting for room even on a
-// pool built WithNonBlocking; pending counts it already.
-func (q *Priority) submitWaiting() {
-	if err := q.l.ex.layerSubmit(q.step, submitWait); err != nil {
-		q.stepFailed(err)
-	}
-}
-
-// stepFailed settles after the executor refused a step that pending
-// counted, or dropped it (a RateLimited, as the pool stopped).
+// stepFailed settles after the executor dropped a step that pending
+// counted: a RateLimited's, as the pool stopped, or an owed one that the
+// stopped pool refused.
 func (q *Priority) stepFailed(err error) {
 	q.mu.Lock()
 	q.pending--
@@ -346,7 +358,7 @@ func (q *Priority) adopt() (layerEntry, bool) {
 	var dropped []layerEntry
 	for len(q.h) > q.pending {
 		e := q.heapRemove(0)
-		if q.l.ex.layerInline(ErrQueueFull) && q.l.ex.layerInline(ErrStopped) {
+		if q.l.steps.inline(ErrQueueFull) && q.l.steps.inline(ErrStopped) {
 			q.countOrphans()
 			q.mu.Unlock()
 			return e, true

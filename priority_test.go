@@ -142,7 +142,7 @@ func TestPrioritySubmitPanicAndErrors(t *testing.T) {
 		t.Fatalf("zero Priority: Go = %v", err)
 	}
 	zero.Wait()
-	if err, ok := recoverErr(func() { crew.WithAging(-1) }); !ok || !errors.Is(err, crew.ErrInvalid) {
+	if err, ok := recoverErr(func() { crew.NewPriority(p, crew.WithAging(-1)) }); !ok || !errors.Is(err, crew.ErrInvalid) {
 		t.Fatalf("WithAging(-1): %v", err)
 	}
 }

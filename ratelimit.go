@@ -6,6 +6,9 @@ import (
 	"math"
 	"sync"
 	"time"
+
+	"github.com/gocrew/crew/internal/clock"
+	"github.com/gocrew/crew/internal/queue"
 )
 
 // A Rate is a token bucket: Limit tokens are added every Per, evenly spread
@@ -44,7 +47,7 @@ func (r Rate) bucket() (tokenBucket, error) {
 // (GCRA): instead of a token count refilled by a ticker, it stores tat, the
 // time at which the bucket will be full again, and computes the tokens at
 // any moment from it. Nothing runs while it refills. Times are nanoseconds
-// on a nanoClock. The caller guards it.
+// on the clock of package clock. The caller guards it.
 type tokenBucket struct {
 	e   int64 // nanoseconds per token
 	cap int64 // tokens it holds when full
@@ -66,8 +69,9 @@ func (b *tokenBucket) take(now int64) { b.tat = max(b.tat, now) + b.e }
 // none is taken meanwhile.
 func (b *tokenBucket) at(m int64) int64 { return b.tat - (b.cap-m)*b.e }
 
-// A RateLimited runs tasks on a pool, starting at most as many as its Rate
-// allows, in submission order. Tasks waiting for a token wait in the
+// A RateLimited runs tasks on an Executor (a pool, or another
+// RateLimited), starting at most as many as its Rate allows, in submission
+// order. Tasks waiting for a token wait in the
 // RateLimited's own queue: they hold no worker and no goroutine, and an
 // idle RateLimited runs nothing (no ticker). A task is handed to the pool
 // only when a token is available for it, and takes the token when it
@@ -80,12 +84,12 @@ func (b *tokenBucket) at(m int64) int64 { return b.tat - (b.cap-m)*b.e }
 // safe for concurrent use. Make one with NewRateLimited.
 type RateLimited struct {
 	l     layer
-	clock nanoClock
-	step  layerStep // r.run under r's number (see layer.mark), made once
+	clock func() int64 // clock.Now; tests replace it
+	step  layerStep    // r.run under r's number (see layer.mark), made once
 
 	mu       sync.Mutex
 	b        tokenBucket
-	q        ringQueue[layerEntry]
+	q        queue.FIFO[layerEntry]
 	inflight int         // steps handed to the pool that have not started
 	timer    *time.Timer // calls tick when the next token is due
 	timerAt  int64       // when timer fires; -1: not armed
@@ -93,25 +97,19 @@ type RateLimited struct {
 	tookToken func(now int64) // tests: called under mu at each token taken
 }
 
-// retryFull is how long a RateLimited waits before it offers a step again
-// to a pool whose bounded queue was full (then from the timer's goroutine,
-// which may wait for room).
-const retryFull = time.Millisecond
-
-// NewRateLimited returns a RateLimited that runs tasks on p at rate r.
-// It panics with an error wrapping ErrInvalid if p is nil or r is invalid
-// (see Rate). It costs a few small allocations, once.
-func NewRateLimited(p *Pool, r Rate) *RateLimited {
-	if p == nil {
-		panic(fmt.Errorf("%w: NewRateLimited: nil pool", ErrInvalid))
-	}
+// NewRateLimited returns a RateLimited that runs tasks on ex (a *Pool or
+// a *RateLimited) at rate r. It panics with an error wrapping ErrInvalid
+// if ex is nil or r is invalid (see Rate). It costs a few small
+// allocations, once.
+func NewRateLimited(ex Executor, r Rate) *RateLimited {
 	b, err := r.bucket()
 	if err != nil {
 		panic(err)
 	}
-	rl := &RateLimited{b: b, clock: newNanoClock(), timerAt: -1}
-	rl.l.init(p, "NewRateLimited", rl.abandon)
-	rl.step = rl.l.mark(rl.run, nil) // a pool drops it only as it gives up
+	rl := &RateLimited{b: b, clock: clock.Now, timerAt: -1}
+	rl.q.Keep = maxKeptQueue
+	rl.l.init(ex, "NewRateLimited", rl.abandon)
+	rl.step = rl.l.mark(rl.run, func() { rl.stepsLost(1) })
 	return rl
 }
 
@@ -128,16 +126,22 @@ func NewRateLimited(p *Pool, r Rate) *RateLimited {
 // whichever is first, so a Wait that runs meanwhile (in a plain task of
 // the pool, say) waits until then. (A Stop from inside one of the pool's
 // tasks returns at once and drops nothing: the task waits for its token,
-// or for a Stop from outside.) Go costs a lock, a few atomic operations
-// and a pool submission: no allocation beyond the task's own closure.
+// or for a Stop from outside.) Go costs a lock and a pool submission: no
+// allocation beyond the task's own closure.
 func (r *RateLimited) Go(task func()) error {
-	switch {
-	case r.layer().zero():
-		return errZeroLayer
-	case task == nil:
-		return ErrNilTask
-	}
-	return r.push(layerEntry{fn: task}, submitGo)
+	return submitGo(r.layer(), r.push, nil, struct{}{}, task, pushGo)
+}
+
+// TryGo is Go, which never waits, reporting whether task was queued.
+func (r *RateLimited) TryGo(task func()) bool {
+	return submitGo(r.layer(), r.push, nil, struct{}{}, task, pushTry) == nil
+}
+
+// GoContext is Go, which never waits, for the grammar every crew type
+// shares: it returns ctx's error if ctx has already ended, and an error
+// wrapping ErrInvalid for a nil ctx.
+func (r *RateLimited) GoContext(ctx context.Context, task func()) error {
+	return submitGo(r.layer(), r.push, ctx, struct{}{}, task, pushCtx)
 }
 
 // Submit queues task like Go and returns a Task to wait for its result; the
@@ -145,11 +149,19 @@ func (r *RateLimited) Go(task func()) error {
 // done with the error (see Pool.Submit); one dropped because the pool
 // stopped first completes with ErrDropped.
 func (r *RateLimited) Submit(task func(ctx context.Context) error) *Task {
-	t, err := newLayerTask(r.layer(), task)
-	if err == nil {
-		r.push(layerEntry{t: t}, submitGo)
-	}
-	return t
+	return submitTask(r.layer(), r.push, nil, struct{}{}, task, pushGo)
+}
+
+// TrySubmit is Submit, which never waits, reporting whether task was
+// queued; if not, the Task is already done with the reason.
+func (r *RateLimited) TrySubmit(task func(ctx context.Context) error) (*Task, bool) {
+	t := submitTask(r.layer(), r.push, nil, struct{}{}, task, pushTry)
+	return t, !t.refused
+}
+
+// SubmitContext is Submit with GoContext's checks of ctx.
+func (r *RateLimited) SubmitContext(ctx context.Context, task func(ctx context.Context) error) *Task {
+	return submitTask(r.layer(), r.push, ctx, struct{}{}, task, pushCtx)
 }
 
 // Wait blocks until every task queued on r has started and finished, or
@@ -161,23 +173,18 @@ func (r *RateLimited) Submit(task func(ctx context.Context) error) *Task {
 // too. Any other caller may wait, a plain task of the pool included.
 // Recognising the caller costs microseconds, and only when Wait is about
 // to block.
-func (r *RateLimited) Wait() {
-	if !r.layer().zero() {
-		r.l.wait("RateLimited")
-	}
-}
+func (r *RateLimited) Wait() { r.layer().wait("RateLimited") }
 
 // Stats returns a snapshot of r's counters; Waiting counts the tasks
 // waiting for a token or for a worker.
-func (r *RateLimited) Stats() LayerStats {
-	if r.layer().zero() {
-		return LayerStats{}
-	}
-	s := r.l.stats()
+func (r *RateLimited) Stats() LayerStats { return r.layer().stats(r.waiting) }
+
+// waiting fills the counts Stats adds to the layer's: the tasks waiting
+// for a token or a worker.
+func (r *RateLimited) waiting(s *LayerStats) {
 	r.mu.Lock()
-	s.Waiting = r.q.n
+	s.Waiting = r.q.Len()
 	r.mu.Unlock()
-	return s
 }
 
 // layer returns r's layer, nil if r is nil.
@@ -188,44 +195,30 @@ func (r *RateLimited) layer() *layer {
 	return &r.l
 }
 
-func (r *RateLimited) layerPool() *Pool {
+// pool makes a RateLimited an Executor.
+func (r *RateLimited) pool() *Pool {
 	if r == nil {
-		return nil // a Keyed or Priority on it reports a zero pool
+		return nil // a layer on it reports a zero pool
 	}
 	return r.l.p
 }
 
-// layerSubmit queues a layer's step like Go; submitWait lets the pool
-// submission that a token available at once leads to wait for room.
-func (r *RateLimited) layerSubmit(s layerStep, how submitMode) error {
-	if r.l.ex == nil {
-		return errZeroLayer
-	}
-	return r.push(layerEntry{fn: s.run, dropped: s.dropped}, how)
-}
-
-// layerInline: a step refused by a stopped RateLimited must not run its
-// successor anyway; that would start it without a token.
-func (r *RateLimited) layerInline(error) bool { return false }
-
-// push queues e and hands the pool a step for each task that has a token.
-// Only submitWait lets that wait for room in the pool's queue; otherwise a
-// step the full queue refuses is offered again shortly.
-func (r *RateLimited) push(e layerEntry, how submitMode) error {
-	if how == submitGo {
-		how = submitTry // Go never waits
-	}
+// push queues e and hands the executor a step for each task that has a
+// token. It never waits, whatever mode says: a step that the executor's
+// full queue refuses is owed (see stepper). The empty argument is the
+// layers' ordering argument, which a RateLimited does not have.
+func (r *RateLimited) push(_ context.Context, _ struct{}, e layerEntry, _ pushMode) error {
 	r.mu.Lock()
 	if err := r.l.refuses(); err != nil {
 		r.mu.Unlock()
 		e.refuse(err)
 		return err
 	}
-	r.q.push(e)
+	r.q.Push(e)
 	r.l.accept()
 	n := r.pump(r.clock())
 	r.mu.Unlock()
-	r.submit(n, how)
+	r.submit(n)
 	return nil
 }
 
@@ -237,7 +230,7 @@ func (r *RateLimited) push(e layerEntry, how submitMode) error {
 // steps in flight no more than the tokens available, and tokens only
 // accrue until a step takes one, so every step finds its token.
 func (r *RateLimited) pump(now int64) int {
-	waiting := r.q.n - r.inflight
+	waiting := r.q.Len() - r.inflight
 	if waiting <= 0 {
 		return 0
 	}
@@ -271,44 +264,48 @@ func (r *RateLimited) tick() {
 	r.timerAt = -1
 	n := r.pump(r.clock())
 	r.mu.Unlock()
-	r.submit(n, submitWait) // a goroutine of its own: it may wait for room
+	r.submit(n)
 }
 
-// submit hands n reserved steps to the pool. What it cannot hand over stays
-// queued: it is retried shortly if the pool's queue was full, and dropped
-// if the pool has stopped.
-func (r *RateLimited) submit(n int, how submitMode) {
+// submit hands n reserved steps to the executor without waiting. A step
+// that a full queue refuses is owed: the stepper submits it when room
+// comes. Once the pool has stopped, the rest are lost (see stepsLost).
+func (r *RateLimited) submit(n int) {
 	for i := range n {
-		err := r.l.p.layerSubmit(r.step, how)
-		if err == nil {
-			continue
-		}
-		r.mu.Lock()
-		r.inflight -= n - i
-		if err == ErrQueueFull {
-			now := r.clock()
-			r.arm(now+int64(retryFull), now)
-			r.mu.Unlock()
+		switch err := r.l.steps.submit(nil, r.step, pushTry); err {
+		case nil:
+		case ErrQueueFull:
+			for range n - i {
+				r.l.steps.owe(r.step)
+			}
+			return
+		default:
+			r.stepsLost(n - i)
 			return
 		}
-		// Stopped: the tasks that have a step in the pool still run (Stop
-		// runs the pool's queue); the others never will.
-		var dropped []layerEntry
-		for r.q.n > r.inflight {
-			dropped = append(dropped, r.q.popBack())
-		}
-		r.l.holdDrop()
-		r.mu.Unlock()
-		r.l.dropTaken(dropped)
-		return
 	}
+}
+
+// stepsLost deals with n reserved steps that will never run: the executor
+// refused or dropped them as the pool stopped. The tasks that have a step
+// still run (Stop runs the pool's queue); the others never will.
+func (r *RateLimited) stepsLost(n int) {
+	r.mu.Lock()
+	r.inflight -= n
+	var dropped []layerEntry
+	for r.q.Len() > r.inflight {
+		dropped = append(dropped, r.popBack())
+	}
+	r.l.holdDrop()
+	r.mu.Unlock()
+	r.l.dropTaken(dropped)
 }
 
 // run is the step: it starts the first waiting task with a token.
 func (r *RateLimited) run() {
 	r.mu.Lock()
 	r.inflight--
-	if r.q.n == 0 { // dropped as the pool stopped
+	if r.q.Len() == 0 { // dropped as the pool stopped
 		r.mu.Unlock()
 		return
 	}
@@ -322,20 +319,26 @@ func (r *RateLimited) run() {
 	if r.tookToken != nil {
 		r.tookToken(now)
 	}
-	e := r.q.pop()
+	e := r.q.Take()
 	n := r.pump(now)
 	r.mu.Unlock()
-	r.submit(n, submitTry) // never block a worker
+	r.submit(n) // never blocks a worker
 	defer r.l.done(1)
 	r.l.runEntry(e)
+}
+
+// popBack removes the last waiting task; one must wait. Called under mu.
+func (r *RateLimited) popBack() layerEntry {
+	e, _ := r.q.PopBack()
+	return e
 }
 
 // abandon drops every waiting task once the pool has stopped.
 func (r *RateLimited) abandon() {
 	r.mu.Lock()
 	var dropped []layerEntry
-	for r.q.n > 0 {
-		dropped = append(dropped, r.q.pop())
+	for r.q.Len() > 0 {
+		dropped = append(dropped, r.q.Take())
 	}
 	if r.timer != nil {
 		r.timer.Stop()

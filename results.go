@@ -22,13 +22,14 @@ type ResultGroup[T any] struct {
 }
 
 // NewResultGroup returns a group of tasks that run on p and return values of
-// type T. Its context is derived from ctx as NewGroup's is. It panics with an
-// error wrapping ErrInvalid if ctx is nil.
+// type T. Its context is derived from ctx as NewGroup's is. It panics with
+// an error wrapping ErrInvalid if ctx is nil or an option is nil or
+// invalid.
 func NewResultGroup[T any](ctx context.Context, p *Pool, opts ...GroupOption) *ResultGroup[T] {
 	g := new(ResultGroup[T])
 	g.c.exec = g.exec
 	g.c.grow = g.out.grow
-	g.c.init(ctx, p, opts, nil)
+	g.c.mustInit(ctx, p, opts)
 	return g
 }
 
@@ -41,14 +42,13 @@ func (g *ResultGroup[T]) exec(ctx context.Context, seq int, task func(context.Co
 // Go submits task as Group.Go does. An accepted task (Go returned nil) takes
 // the next slot of the results; a refused one takes none.
 func (g *ResultGroup[T]) Go(task func(ctx context.Context) (T, error)) error {
-	if g == nil {
-		return errZeroGroup
-	}
-	if task == nil && g.c.ctx != nil {
-		g.c.fail(ErrNilTask)
-		return ErrNilTask
-	}
-	return g.c.push(task)
+	return g.core().accept(task, task == nil, false)
+}
+
+// TryGo submits task as Group.TryGo does: only if the group's limit lets
+// it start at once. An accepted task takes the next slot of the results.
+func (g *ResultGroup[T]) TryGo(task func(ctx context.Context) (T, error)) bool {
+	return g.core().accept(task, task == nil, true) == nil
 }
 
 // Wait blocks like Group.Wait and returns the results in submission order,
@@ -66,11 +66,14 @@ func (g *ResultGroup[T]) Wait() ([]T, error) {
 }
 
 // Context returns the group's context, as Group.Context does.
-func (g *ResultGroup[T]) Context() context.Context {
+func (g *ResultGroup[T]) Context() context.Context { return g.core().context() }
+
+// core returns g's core, nil for a nil ResultGroup.
+func (g *ResultGroup[T]) core() *core[func(context.Context) (T, error)] {
 	if g == nil {
 		return nil
 	}
-	return g.c.ctx
+	return &g.c
 }
 
 // slots holds results by index in chunks that never move: chunk 0 has

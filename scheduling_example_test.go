@@ -49,11 +49,11 @@ func ExampleWithErrorHandler() {
 
 // Each worker owns a buffer: tasks use it without a lock, and it is
 // released when the worker retires.
-func ExampleNewWorkerPool() {
+func ExampleNewFuncWithState() {
 	var made, released atomic.Int64
 	var mu sync.Mutex
 	var out []string
-	p := crew.NewWorkerPool(2,
+	p := crew.NewFuncWithState(2,
 		func(ctx context.Context) (*strings.Builder, error) { // once per worker
 			made.Add(1)
 			return new(strings.Builder), nil

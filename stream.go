@@ -67,15 +67,15 @@ const (
 )
 
 // NewStream returns a stream of tasks that run on p with a context derived
-// from ctx, as NewGroup's is. It panics with an error wrapping ErrInvalid if
-// ctx is nil.
+// from ctx, as NewGroup's is. It panics with an error wrapping ErrInvalid
+// if ctx is nil or an option is nil or invalid.
 func NewStream(ctx context.Context, p *Pool, opts ...GroupOption) *Stream {
 	s := new(Stream)
 	s.c.exec = s.exec
 	s.c.lost = s.skipped
 	s.c.grow = s.grow
 	s.c.stranded = s.wakeProducer
-	s.c.init(ctx, p, opts, nil)
+	s.c.mustInit(ctx, p, opts)
 	s.window = s.c.cfg.limit
 	if s.window == 0 {
 		s.window = p.maxWorkers()
@@ -92,6 +92,30 @@ func NewStream(ctx context.Context, p *Pool, opts ...GroupOption) *Stream {
 // and a stopped pool as the stream's error: without WithAllErrors that
 // cancels the stream, and later calls of Go return that error.
 func (s *Stream) Go(task func(ctx context.Context) func()) error {
+	return s.goAs(nil, task, pushGo)
+}
+
+// TryGo submits task like Go if the window has room for it, and reports
+// whether it did; it never waits.
+func (s *Stream) TryGo(task func(ctx context.Context) func()) bool {
+	return s.goAs(nil, task, pushTry) == nil
+}
+
+// GoContext submits task like Go, waiting while the window is full until
+// ctx ends; it then returns ctx's error and task never runs. Unlike Go, it
+// does not run queued tasks of the stream while it waits, so that it
+// returns when ctx ends. It returns an error wrapping ErrInvalid for a nil
+// ctx.
+func (s *Stream) GoContext(ctx context.Context, task func(ctx context.Context) func()) error {
+	if ctx == nil {
+		return invalidf("Stream.GoContext: nil context")
+	}
+	return s.goAs(ctx, task, pushCtx)
+}
+
+// goAs is the Go forms: it waits for room in the window as mode says (ctx
+// for pushCtx), running queued tasks of the stream meanwhile.
+func (s *Stream) goAs(ctx context.Context, task func(context.Context) func(), mode pushMode) error {
 	if s == nil || s.space == nil {
 		return errZeroGroup
 	}
@@ -99,20 +123,39 @@ func (s *Stream) Go(task func(ctx context.Context) func()) error {
 		s.c.fail(ErrNilTask)
 		return ErrNilTask
 	}
+	var ctxDone <-chan struct{}
+	if ctx != nil {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		ctxDone = ctx.Done()
+	}
 	s.mu.Lock()
 	for s.inflight >= s.window {
+		if mode == pushTry {
+			s.mu.Unlock()
+			return errNoRoom
+		}
 		s.waiters++
 		s.mu.Unlock()
-		if !s.c.helpOne() {
+		// Go runs queued tasks of the stream while it waits; GoContext
+		// does not, so that it returns when ctx ends.
+		if mode != pushGo || !s.c.helpOne() {
 			select {
 			case <-s.space:
 			case <-s.c.ctx.Done():
+			case <-ctxDone:
 			}
 		}
 		s.mu.Lock()
 		s.waiters--
 		if s.c.ctx.Err() != nil {
 			break
+		}
+		if ctx != nil && ctx.Err() != nil {
+			s.signal() // pass a wake-up this call may have taken
+			s.mu.Unlock()
+			return ctx.Err()
 		}
 	}
 	if s.c.ctx.Err() != nil {
@@ -127,7 +170,7 @@ func (s *Stream) Go(task func(ctx context.Context) func()) error {
 		s.signal() // room for another waiting producer
 	}
 	s.mu.Unlock()
-	if err := s.c.push(task); err != nil {
+	if err := s.c.push(task, false); err != nil {
 		s.mu.Lock()
 		s.release()
 		s.mu.Unlock()
@@ -152,7 +195,7 @@ func (s *Stream) Context() context.Context {
 	if s == nil {
 		return nil
 	}
-	return s.c.ctx
+	return s.c.context()
 }
 
 func (s *Stream) exec(ctx context.Context, seq int, task func(context.Context) func()) error {

@@ -118,12 +118,12 @@ func (r *stressRound) produce(rng *rand.Rand) {
 			default:
 			}
 		case k < 95:
-			if !r.p.TrySubmit(func() { r.body(id) }) {
+			if !r.p.TryGo(func() { r.body(id) }) {
 				err = crew.ErrQueueFull // or stopped: either way refused
 			}
 		default:
 			ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
-			err = r.p.SubmitCtx(ctx, func() { r.body(id) })
+			err = r.p.GoContext(ctx, func() { r.body(id) })
 			cancel()
 		}
 		switch {
@@ -330,7 +330,7 @@ func TestStressProducersResizeShutdown(t *testing.T) {
 }
 
 // The same with a bounded queue, where producers block for room (Go,
-// Submit), give up (SubmitCtx with a deadline) or are refused (TrySubmit),
+// Submit), give up (GoContext with a deadline) or are refused (TryGo),
 // and Stop or Shutdown must release every blocked producer.
 func TestStressBoundedQueueBlockedProducers(t *testing.T) {
 	leak.Check(t)

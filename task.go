@@ -2,12 +2,12 @@ package crew
 
 import (
 	"context"
-	"fmt"
 	"runtime/debug"
 	"sync/atomic"
 )
 
-// A Task is the handle of a function submitted with Pool.Submit.
+// A Task is the handle of a function submitted with one of the Submit
+// forms of a Pool, Keyed, Priority or RateLimited: Wait returns its error.
 type Task struct {
 	p        *Pool
 	fn       func(context.Context) error
@@ -19,12 +19,14 @@ type Task struct {
 	prev, next *Task // in p.queued until the task starts, guarded by p.mu
 	listed     bool
 	panicked   bool // run recovered a panic: err is its *PanicError, not one fn returned
+	refused    bool // never queued: err says why
 }
 
 // Wait blocks until the task has finished and returns its error: the
 // function's own, a *PanicError if it panicked, ErrGoexit, or the error that
-// kept it from running (ErrStopped, ErrQueueFull, ErrDropped, ErrNilTask, or
-// an error wrapping ErrInvalid for a nil or zero Pool).
+// kept it from running (ErrStopped, ErrQueueFull, ErrDropped, ErrNilTask, a
+// context's error from a SubmitContext, or an error wrapping ErrInvalid for
+// a nil or zero pool or layer).
 func (t *Task) Wait() error {
 	if t == nil || t.done == nil {
 		return errZeroTask
@@ -35,8 +37,8 @@ func (t *Task) Wait() error {
 
 // Done returns a channel that is closed when the task has finished, for use
 // in a select; Wait then returns at once.
-// A Task not returned by Submit reports an error from Wait, and its Done
-// channel is closed.
+// A Task not returned by a Submit form reports an error from Wait, and its
+// Done channel is closed.
 func (t *Task) Done() <-chan struct{} {
 	if t == nil || t.done == nil {
 		return closedChan
@@ -44,7 +46,13 @@ func (t *Task) Done() <-chan struct{} {
 	return t.done
 }
 
-var errZeroTask = fmt.Errorf("%w: Task must come from Pool.Submit", ErrInvalid)
+var errZeroTask = invalidf("a Task must come from a Submit method")
+
+// refuse completes t, which was never queued, with err.
+func (t *Task) refuse(err error) {
+	t.refused = true
+	t.finish(err)
+}
 
 func (t *Task) finish(err error) {
 	if !t.finished.CompareAndSwap(false, true) {
@@ -59,7 +67,7 @@ func (t *Task) finish(err error) {
 // TaskStart hook panicked before it. (The observer has claimed t.)
 func (t *Task) abort(err error) {
 	t.p.unlist(t)
-	t.p.failed.Add(1)
+	t.p.c.failed.Add(1)
 	t.finish(err)
 }
 
@@ -68,8 +76,9 @@ func (t *Task) abort(err error) {
 // panic reaches its Wait; it pays for a deferred call that Go tasks do not.
 func (t *Task) run() {
 	p := t.p
+	c := &p.c
 	if !t.start() {
-		p.droppedLate()
+		c.droppedLate()
 		return
 	}
 	p.unlist(t)
@@ -78,23 +87,26 @@ func (t *Task) run() {
 		if returned {
 			return
 		}
-		p.failed.Add(1)
+		c.failed.Add(1)
 		var v any
-		if !p.crash {
+		if !c.crash {
 			v = recover()
 		}
 		if v != nil {
-			p.panicked.Add(1)
+			c.panicked.Add(1)
 			t.panicked = true
 			t.finish(&PanicError{Value: v, Stack: debug.Stack()})
 			return
 		}
 		t.finish(ErrGoexit) // or a panic about to crash the program
 	}()
-	err := t.fn(p.ctx)
+	err := t.fn(c.ctx)
+	if err != nil && c.onError != nil {
+		c.onError(err) // before Wait returns; a panic in it is the task's
+	}
 	returned = true
 	if err != nil {
-		p.failed.Add(1)
+		c.failed.Add(1)
 	}
 	t.finish(err)
 }
@@ -173,7 +185,7 @@ func (p *Pool) unlistLocked(t *Task) {
 // counts.
 func (p *Pool) dropListed(final bool) (late int) {
 	if !final {
-		defer p.release() // the hold of givingUp
+		defer p.c.end.release() // the hold of Shutdown's end.mark
 	}
 	var out []*Task
 	p.mu.Lock()
@@ -193,20 +205,9 @@ func (p *Pool) dropListed(final bool) (late int) {
 		t.finish(ErrDropped)
 	}
 	if final {
-		late = int(p.lateUnreported.Swap(0))
+		late = int(p.c.lateUnreported.Swap(0))
 	}
 	return late
-}
-
-// droppedLate counts a task that a worker found dropped as it began it,
-// and reports it to the Drop hook as the drain reports the others. The
-// engine counts it among the completed; Stats moves it to Dropped.
-func (p *Pool) droppedLate() {
-	p.lateDrops.Add(1)
-	p.lateUnreported.Add(1)
-	if p.obs != nil && p.obs.hooks.Drop != nil {
-		p.obs.hooks.Drop(TaskEvent{Pool: p.name, Err: ErrDropped})
-	}
 }
 
 // States of Task.state.

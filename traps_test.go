@@ -44,12 +44,12 @@ func TestTrapTaskSubmitsToItsOwnFullPool(t *testing.T) {
 			return nil
 		}
 	}
-	t.Run("TrySubmit reports false", func(t *testing.T) {
+	t.Run("TryGo reports false", func(t *testing.T) {
 		p := crew.New(1, crew.WithQueueSize(0))
 		defer p.Stop()
 		err := run(t, p, func() error {
-			if p.TrySubmit(func() { t.Error("refused task ran") }) {
-				return errors.New("TrySubmit accepted a task into a full pool")
+			if p.TryGo(func() { t.Error("refused task ran") }) {
+				return errors.New("TryGo accepted a task into a full pool")
 			}
 			return nil
 		})
@@ -57,16 +57,16 @@ func TestTrapTaskSubmitsToItsOwnFullPool(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
-	t.Run("SubmitCtx gives up with its context", func(t *testing.T) {
+	t.Run("GoContext gives up with its context", func(t *testing.T) {
 		p := crew.New(1, crew.WithQueueSize(0))
 		defer p.Stop()
 		err := run(t, p, func() error {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
 			defer cancel()
-			return p.SubmitCtx(ctx, func() { t.Error("refused task ran") })
+			return p.GoContext(ctx, func() { t.Error("refused task ran") })
 		})
 		if err != context.DeadlineExceeded {
-			t.Fatalf("SubmitCtx from inside a task on its full pool = %v, want DeadlineExceeded", err)
+			t.Fatalf("GoContext from inside a task on its full pool = %v, want DeadlineExceeded", err)
 		}
 	})
 	t.Run("WithNonBlocking returns ErrQueueFull", func(t *testing.T) {
@@ -448,16 +448,16 @@ func fullPool(t *testing.T, opts ...crew.Option) (p *crew.Pool, release chan str
 	started := make(chan struct{})
 	p.Go(func() { close(started); <-release })
 	<-started
-	if !p.TrySubmit(func() { <-release }) {
+	if !p.TryGo(func() { <-release }) {
 		t.Fatal("could not fill the queue")
 	}
-	if p.TrySubmit(func() {}) {
+	if p.TryGo(func() {}) {
 		t.Fatal("the pool is not full")
 	}
 	return p, release
 }
 
-// Producers blocked in SubmitCtx on a full queue all return when their
+// Producers blocked in GoContext on a full queue all return when their
 // context is cancelled, and none of their tasks runs.
 func TestTrapContextCancelledWhileProducersBlocked(t *testing.T) {
 	leak.Check(t)
@@ -471,23 +471,23 @@ func TestTrapContextCancelledWhileProducersBlocked(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs <- p.SubmitCtx(ctx, func() { ran.Add(1) })
+			errs <- p.GoContext(ctx, func() { ran.Add(1) })
 		}()
 	}
 	waitUntil(t, trapDeadline, "the producers to block", func() bool {
 		return len(errs) == 0 && p.Stats().Submitted == 2
 	})
 	cancel()
-	mustReturn(t, trapDeadline, "producers blocked in SubmitCtx after cancel", wg.Wait)
+	mustReturn(t, trapDeadline, "producers blocked in GoContext after cancel", wg.Wait)
 	for range producers {
 		if err := <-errs; err != context.Canceled {
-			t.Fatalf("blocked SubmitCtx after cancel = %v, want context.Canceled", err)
+			t.Fatalf("blocked GoContext after cancel = %v, want context.Canceled", err)
 		}
 	}
 	close(release)
 	mustReturn(t, trapDeadline, "Stop", p.Stop)
 	if ran.Load() != 0 {
-		t.Fatalf("%d tasks whose SubmitCtx was cancelled ran", ran.Load())
+		t.Fatalf("%d tasks whose GoContext was cancelled ran", ran.Load())
 	}
 	if s := p.Stats(); s.Submitted != 2 || s.Completed != 2 {
 		t.Fatalf("stats = %+v, want only the two tasks that filled the pool", s)
@@ -512,7 +512,7 @@ func TestTrapCancelMixedWithWaitingProducers(t *testing.T) {
 			if i%2 == 0 {
 				c = ctx
 			}
-			if p.SubmitCtx(c, func() { ran.Add(1) }) == nil {
+			if p.GoContext(c, func() { ran.Add(1) }) == nil {
 				accepted.Add(1)
 			}
 		}()
@@ -573,7 +573,7 @@ func TestTrapShutdownWhileProducersBlocked(t *testing.T) {
 	queued := p.Submit(func(context.Context) error { return errors.New("a dropped task ran") })
 	var wg sync.WaitGroup
 	errs := make(chan error, 60)
-	kinds := 2 // Go, SubmitCtx
+	kinds := 2 // Go, GoContext
 	if submitRacesShutdown() {
 		kinds = 3 // and Submit
 	}
@@ -585,7 +585,7 @@ func TestTrapShutdownWhileProducersBlocked(t *testing.T) {
 			case 0:
 				errs <- p.Go(func() { t.Error("a refused task ran") })
 			case 1:
-				errs <- p.SubmitCtx(context.Background(), func() { t.Error("a refused task ran") })
+				errs <- p.GoContext(context.Background(), func() { t.Error("a refused task ran") })
 			default:
 				errs <- p.Submit(func(context.Context) error { return errors.New("a refused task ran") }).Wait()
 			}

@@ -284,7 +284,7 @@ func (r *bsRound) submitTask(rng *rand.Rand, depth int) {
 	r.stats.inner.Add(1)
 	switch rng.IntN(3) {
 	case 0:
-		r.p.TrySubmit(f)
+		r.p.TryGo(f)
 	case 1:
 		r.p.Go(f)
 	default:

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/gocrew/crew"
-	"github.com/gocrew/crew/internal/bridge"
+	"github.com/gocrew/crew/internal/queue"
 )
 
 // A Batcher collects items into batches and flushes them. All its methods
@@ -88,10 +88,12 @@ func New[T any](flush func(ctx context.Context, items []T) error, opts ...Option
 	if flush == nil {
 		s.errs = append(s.errs, invalid("New: nil flush function"))
 	}
-	for _, opt := range opts {
-		if opt != nil {
-			opt(&s)
+	for i, opt := range opts {
+		if opt == nil {
+			s.errs = append(s.errs, invalid("New: option %d is nil", i))
+			continue
 		}
+		opt(&s)
 	}
 	sizeFn, ok := s.sizeFn.(func(T) int)
 	if s.sizeFn != nil && !ok {
@@ -132,11 +134,30 @@ func New[T any](flush func(ctx context.Context, items []T) error, opts ...Option
 	}
 	b.drainFn = func() { b.drain(true) }
 	if !b.ownPool {
-		b.unlink = context.AfterFunc(bridge.PoolEnded(b.pool), b.poolGaveUp)
+		b.unlink = context.AfterFunc(poolEnd{context.Background(), b.pool.Done()}, b.poolGaveUp)
 	}
 	b.flushCtx, b.cancel = context.WithCancel(context.Background())
 	b.handlerCtx = context.WithoutCancel(b.flushCtx)
 	return b
+}
+
+// poolEnd is a context that ends when a pool has ended (see
+// crew.Pool.Done), for context.AfterFunc: the Batcher learns that the
+// flushers it queued on the pool will never begin.
+type poolEnd struct {
+	context.Context // no deadline, no values
+	done            <-chan struct{}
+}
+
+func (c poolEnd) Done() <-chan struct{} { return c.done }
+
+func (c poolEnd) Err() error {
+	select {
+	case <-c.done:
+		return context.Canceled
+	default:
+		return nil
+	}
 }
 
 // maxFreeBatches bounds the number of flushed slices kept for reuse.
@@ -419,10 +440,7 @@ func (b *Batcher[T]) appendLocked(item T, size int) (start launch) {
 // newBufLocked returns an empty slice for a new batch, reusing a flushed
 // one if it can.
 func (b *Batcher[T]) newBufLocked() []T {
-	if n := len(b.free); n > 0 {
-		buf := b.free[n-1]
-		b.free[n-1] = nil
-		b.free = b.free[:n-1]
+	if buf, ok := queue.PopLast(&b.free); ok {
 		return buf
 	}
 	return make([]T, 0, b.bufCap())

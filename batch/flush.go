@@ -175,7 +175,7 @@ func (b *Batcher[T]) drain(fromPool bool) {
 			b.flushing--
 		}
 		b.mu.Unlock()
-		if next == launchOnPool && !b.pool.TrySubmit(b.drainFn) && b.unqueue() {
+		if next == launchOnPool && !b.pool.TryGo(b.drainFn) && b.unqueue() {
 			b.mu.Lock()
 			b.flushing-- // this flusher goes on alone
 			b.mu.Unlock()

@@ -17,9 +17,10 @@ const (
 	DefaultMaxWait = 100 * time.Millisecond
 )
 
-// An Option configures a Batcher; pass options to New. An invalid option
-// (a non-positive size, a nil function, an unknown policy) makes New panic
-// with an error wrapping crew.ErrInvalid.
+// An Option configures a Batcher; pass options to New. An option never
+// panics when called: New panics with an error wrapping crew.ErrInvalid
+// that names each nil or invalid option (a non-positive size, a nil
+// function, an unknown policy).
 type Option func(*settings)
 
 // FullPolicy says what Add does when the pending bound set by
@@ -80,12 +81,18 @@ func defaultSettings() settings {
 // WithMaxItems seals a batch as soon as it holds n items. n must be
 // positive; the default is DefaultMaxItems.
 func WithMaxItems(n int) Option {
+	return positive("WithMaxItems", n, func(s *settings) { s.maxItems = n })
+}
+
+// positive is an option that applies set if n, its argument, is positive,
+// and records an invalid value naming option otherwise.
+func positive(option string, n int, set func(*settings)) Option {
 	return func(s *settings) {
 		if n <= 0 {
-			s.errs = append(s.errs, invalid("WithMaxItems(%d): n must be positive", n))
+			s.errs = append(s.errs, invalid("%s(%d): n must be positive", option, n))
 			return
 		}
-		s.maxItems = n
+		set(s)
 	}
 }
 
@@ -127,13 +134,7 @@ func WithMaxWait(d time.Duration) Option {
 // Without WithPool, New creates a crew pool of n workers for the flushes and
 // Close stops it. n must be positive.
 func WithMaxConcurrentFlushes(n int) Option {
-	return func(s *settings) {
-		if n <= 0 {
-			s.errs = append(s.errs, invalid("WithMaxConcurrentFlushes(%d): n must be positive", n))
-			return
-		}
-		s.maxFlushes = n
-	}
+	return positive("WithMaxConcurrentFlushes", n, func(s *settings) { s.maxFlushes = n })
 }
 
 // WithPool runs the flushes on p, which may be shared with other work,
@@ -144,10 +145,11 @@ func WithMaxConcurrentFlushes(n int) Option {
 // the flusher then runs on a goroutine of its own), and runs the flusher
 // itself if p was stopped (Flush and Close run it on a goroutine of its
 // own, so that their ctx can still end their wait). Further
-// flushers, for a backlog, are submitted with p.TrySubmit and skipped if p
-// has no room. Should p's Shutdown drop a flusher queued on it, the
-// Batcher learns of it when the deadline passes and flushes the batches on
-// a goroutine of its own. p must not be nil.
+// flushers, for a backlog, are submitted with p.TryGo and skipped if p has
+// no room. Should p's Shutdown drop a flusher queued on it, the Batcher
+// learns of it when the deadline passes (see crew.Pool.Done; it keeps a
+// goroutine that waits for that until Close) and flushes the batches on a
+// goroutine of its own. p must not be nil.
 func WithPool(p *crew.Pool) Option {
 	return func(s *settings) {
 		if p == nil {

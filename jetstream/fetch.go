@@ -23,7 +23,7 @@ const (
 // goroutine of its own, so the next pull can be sent while one is open.
 func (r *run[T]) pullLoop() {
 	for {
-		if f := r.failures.Load(); f > 0 && !sleep(r.loopCtx, retryDelay(int(f))) {
+		if f := r.failures.Load(); f > 0 && !r.pause(retryDelay(int(f))) {
 			return
 		}
 		select {
@@ -131,7 +131,7 @@ func (r *run[T]) accept(m natsjs.Msg) {
 	r.held[d] = struct{}{}
 	r.c.n.held.Add(1)
 	r.mu.Unlock()
-	if err := r.c.pool.SubmitCtx(r.hardCtx, func() { r.process(d) }); err != nil {
+	if err := r.c.pool.GoContext(r.hardCtx, func() { r.process(d) }); err != nil {
 		r.settle(d, m.Nak, &r.c.n.nacked)
 		if errors.Is(err, crew.ErrStopped) {
 			r.fail(fmt.Errorf("jetstream: submit: %w", err))
@@ -149,14 +149,11 @@ func retryDelay(f int) time.Duration {
 	return min(d, pullRetryMax)
 }
 
-// sleep waits for d and reports whether it did so before ctx ended.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
+// pause waits for d, or until fetching must stop, and reports whether
+// fetching may go on.
+func (r *run[T]) pause(d time.Duration) bool {
+	ctx, cancel := context.WithTimeout(r.loopCtx, d)
+	defer cancel()
+	<-ctx.Done()
+	return r.loopCtx.Err() == nil
 }

@@ -52,11 +52,11 @@ func (c *conns) list() []*conn {
 // A worker's state is never used by two running calls at once, every call
 // gets a live state, and every state is closed exactly once when its
 // worker retires (here at Stop).
-func TestWorkerPoolStateNeverShared(t *testing.T) {
+func TestFuncWithStateStateNeverShared(t *testing.T) {
 	leak.Check(t)
 	var cs conns
 	var shared, usedClosed atomic.Int64
-	p := crew.NewWorkerPool(8, cs.make, cs.close, func(ctx context.Context, s *conn, v int) error {
+	p := crew.NewFuncWithState(8, cs.make, cs.close, func(ctx context.Context, s *conn, v int) error {
 		if s.inUse.Add(1) != 1 {
 			shared.Add(1)
 		}
@@ -80,7 +80,7 @@ func TestWorkerPoolStateNeverShared(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	within(t, schedDeadline, "WorkerPool.Stop", p.Stop)
+	within(t, schedDeadline, "FuncWithState.Stop", p.Stop)
 	if shared.Load() != 0 || usedClosed.Load() != 0 {
 		t.Fatalf("%d calls shared a state, %d used a closed one", shared.Load(), usedClosed.Load())
 	}
@@ -99,10 +99,10 @@ func TestWorkerPoolStateNeverShared(t *testing.T) {
 
 // A worker that retires after its idle timeout closes its state; the next
 // value gets a new one.
-func TestWorkerPoolRetiringWorkerClosesState(t *testing.T) {
+func TestFuncWithStateRetiringWorkerClosesState(t *testing.T) {
 	leak.Check(t)
 	var cs conns
-	p := crew.NewWorkerPool(2, cs.make, cs.close, func(context.Context, *conn, int) error { return nil },
+	p := crew.NewFuncWithState(2, cs.make, cs.close, func(context.Context, *conn, int) error { return nil },
 		crew.WithIdleTimeout(time.Millisecond))
 	defer p.Stop()
 	p.Invoke(1)
@@ -133,7 +133,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // A failing constructor fails the value that needed the state, with an
 // error wrapping ErrNoState and the constructor's; the worker tries again
 // with its next value. ErrDiscardState and panics replace the state.
-func TestWorkerPoolStateErrorsAndReplacement(t *testing.T) {
+func TestFuncWithStateStateErrorsAndReplacement(t *testing.T) {
 	leak.Check(t)
 	errDown := errors.New("database down")
 	var made, closed atomic.Int64
@@ -141,7 +141,7 @@ func TestWorkerPoolStateErrorsAndReplacement(t *testing.T) {
 	var panics atomic.Int64
 	var errs []error // one worker: the handler is called by one goroutine at a time
 	var seen []int64
-	p := crew.NewWorkerPool(1,
+	p := crew.NewFuncWithState(1,
 		func(context.Context) (int64, error) {
 			if failures > 0 {
 				failures--
@@ -167,7 +167,7 @@ func TestWorkerPoolStateErrorsAndReplacement(t *testing.T) {
 		p.Invoke(v)
 		p.Wait() // one at a time: the pool's queue is sharded, not strictly FIFO
 	}
-	within(t, schedDeadline, "WorkerPool.Stop", p.Stop)
+	within(t, schedDeadline, "FuncWithState.Stop", p.Stop)
 	// a, b: no state. c, d, reset: state 1, discarded. e, panic: state 2,
 	// replaced after the panic. f: state 3.
 	if len(errs) != 3 || !errors.Is(errs[0], crew.ErrNoState) || !errors.Is(errs[0], errDown) ||
@@ -185,11 +185,11 @@ func TestWorkerPoolStateErrorsAndReplacement(t *testing.T) {
 // A call that ends its goroutine with runtime.Goexit takes its state with
 // it: the state is closed, and the replacement worker makes a new one. A
 // panicking closer goes to the panic handler.
-func TestWorkerPoolGoexitAndPanickingCloser(t *testing.T) {
+func TestFuncWithStateGoexitAndPanickingCloser(t *testing.T) {
 	leak.Check(t)
 	var made, closed atomic.Int64
 	var panics atomic.Int64
-	p := crew.NewWorkerPool(1,
+	p := crew.NewFuncWithState(1,
 		func(context.Context) (int64, error) { return made.Add(1), nil },
 		func(s int64) {
 			closed.Add(1)
@@ -208,7 +208,7 @@ func TestWorkerPoolGoexitAndPanickingCloser(t *testing.T) {
 	p.Invoke(0)
 	p.Wait()
 	p.Invoke(1)
-	within(t, schedDeadline, "WorkerPool.Stop", p.Stop)
+	within(t, schedDeadline, "FuncWithState.Stop", p.Stop)
 	if made.Load() != 2 || closed.Load() != 2 || panics.Load() != 1 {
 		t.Fatalf("%d made, %d closed, %d panics; want 2, 2, 1", made.Load(), closed.Load(), panics.Load())
 	}
@@ -220,11 +220,11 @@ func TestWorkerPoolGoexitAndPanickingCloser(t *testing.T) {
 // waited for the next value, ran inside its call, and a panicking closer
 // consumed the value; with ErrDiscardState it ran before the error was
 // reported, and a panic lost the error).
-func TestWorkerPoolClosesAStateAsItsCallPanics(t *testing.T) {
+func TestFuncWithStateClosesAStateAsItsCallPanics(t *testing.T) {
 	leak.Check(t)
 	var made, closed, ran, panics atomic.Int64
 	var errs []error // one worker: the handler is called by one goroutine at a time
-	p := crew.NewWorkerPool(1,
+	p := crew.NewFuncWithState(1,
 		func(context.Context) (int64, error) { return made.Add(1), nil },
 		func(int64) { closed.Add(1); panic("close failed") },
 		func(_ context.Context, _ int64, v string) error {
@@ -249,7 +249,7 @@ func TestWorkerPoolClosesAStateAsItsCallPanics(t *testing.T) {
 		p.Invoke(v)
 		p.Wait()
 	}
-	within(t, schedDeadline, "WorkerPool.Stop", p.Stop)
+	within(t, schedDeadline, "FuncWithState.Stop", p.Stop)
 	if ran.Load() != 3 || len(errs) != 1 || !errors.Is(errs[0], crew.ErrDiscardState) {
 		t.Fatalf("the function ran %d times for 3 values; errors %v", ran.Load(), errs)
 	}
@@ -261,11 +261,11 @@ func TestWorkerPoolClosesAStateAsItsCallPanics(t *testing.T) {
 // A state discarded with ErrDiscardState is closed even if the error
 // handler panics (found by a review of bug 96's fix, which closed it only
 // after the handler returned, and left it in use otherwise).
-func TestWorkerPoolDiscardsAStateWhenTheErrorHandlerPanics(t *testing.T) {
+func TestFuncWithStateDiscardsAStateWhenTheErrorHandlerPanics(t *testing.T) {
 	leak.Check(t)
 	var made, closed, panics atomic.Int64
 	var seen []int64 // one worker
-	p := crew.NewWorkerPool(1,
+	p := crew.NewFuncWithState(1,
 		func(context.Context) (int64, error) { return made.Add(1), nil },
 		func(int64) { closed.Add(1) },
 		func(_ context.Context, s int64, v string) error {
@@ -282,18 +282,18 @@ func TestWorkerPoolDiscardsAStateWhenTheErrorHandlerPanics(t *testing.T) {
 		p.Invoke(v)
 		p.Wait()
 	}
-	within(t, schedDeadline, "WorkerPool.Stop", p.Stop)
+	within(t, schedDeadline, "FuncWithState.Stop", p.Stop)
 	if fmt.Sprint(seen) != "[1 2]" || made.Load() != 2 || closed.Load() != 2 || panics.Load() != 1 {
 		t.Fatalf("states seen %v, want [1 2]; %d made, %d closed, %d panics", seen, made.Load(), closed.Load(), panics.Load())
 	}
 }
 
 // Shutdown closes every state, also when its deadline drops values.
-func TestWorkerPoolShutdownClosesStates(t *testing.T) {
+func TestFuncWithStateShutdownClosesStates(t *testing.T) {
 	leak.Check(t)
 	var cs conns
 	started := make(chan struct{}, 2)
-	p := crew.NewWorkerPool(2, cs.make, cs.close, func(ctx context.Context, s *conn, v int) error {
+	p := crew.NewFuncWithState(2, cs.make, cs.close, func(ctx context.Context, s *conn, v int) error {
 		started <- struct{}{}
 		<-ctx.Done()
 		return nil
@@ -314,9 +314,9 @@ func TestWorkerPoolShutdownClosesStates(t *testing.T) {
 			t.Fatalf("state %d closed %d times after Shutdown", s.id, s.closed.Load())
 		}
 	}
-	var zero crew.WorkerPool[int, int]
+	var zero crew.FuncPool[int]
 	if err := zero.Invoke(1); !errors.Is(err, crew.ErrInvalid) {
-		t.Fatalf("zero WorkerPool: Invoke = %v", err)
+		t.Fatalf("zero FuncWithState: Invoke = %v", err)
 	}
 }
 
@@ -325,12 +325,12 @@ func TestWorkerPoolShutdownClosesStates(t *testing.T) {
 // that worker to exit: as an idle worker retires, and as Stop retires the
 // workers. (Until the eleventh session both waited for ever, Shutdown past
 // its deadline; found by a review.)
-func TestWorkerPoolStopFromCloseStateReturns(t *testing.T) {
+func TestFuncWithStateStopFromCloseStateReturns(t *testing.T) {
 	leak.Check(t)
 	t.Run("idle retirement", func(t *testing.T) {
-		var p *crew.WorkerPool[int, int]
+		var p *crew.FuncPool[int]
 		returned := make(chan error, 1)
-		p = crew.NewWorkerPool(1,
+		p = crew.NewFuncWithState(1,
 			func(context.Context) (int, error) { return 1, nil },
 			func(int) {
 				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -348,8 +348,8 @@ func TestWorkerPoolStopFromCloseStateReturns(t *testing.T) {
 		within(t, schedDeadline, "Stop from outside", p.Stop)
 	})
 	t.Run("during Stop", func(t *testing.T) {
-		var p *crew.WorkerPool[int, int]
-		p = crew.NewWorkerPool(1,
+		var p *crew.FuncPool[int]
+		p = crew.NewFuncWithState(1,
 			func(context.Context) (int, error) { return 1, nil },
 			func(int) { p.Stop() },
 			func(context.Context, int, int) error { return nil })
@@ -363,11 +363,11 @@ func TestWorkerPoolStopFromCloseStateReturns(t *testing.T) {
 // Under GODEBUG=panicnil=1, a panic(nil) in closeState as the worker
 // retires reaches the panic handler, as one inside a call does. (Until the
 // eleventh session it was recovered and dropped; found by a review.)
-func TestWorkerPoolCloseStatePanicNilUnderGODEBUG(t *testing.T) {
+func TestFuncWithStateCloseStatePanicNilUnderGODEBUG(t *testing.T) {
 	underPanicNil(t, func(t *testing.T) {
 		leak.Check(t)
 		var handled atomic.Int64
-		p := crew.NewWorkerPool(1,
+		p := crew.NewFuncWithState(1,
 			func(context.Context) (int, error) { return 1, nil },
 			func(int) { panic(nil) }, //nolint:govet // the point of the test
 			func(context.Context, int, int) error { return nil },
