@@ -1,9 +1,7 @@
 #!/usr/bin/env bash
-# cores.sh runs the multi-core checks of issue 5 (target 4: no slowdown
-# from 2 to 16 cores) in one go, sized for a short lease of a many-core
-# machine: about seven minutes on 16 cores, by the times its steps took
-# in the fourteenth session (the matrix step was not run there), and at
-# most twelve, as each step has a time limit.
+# cores.sh runs the multi-core checks (no slowdown from 2 to 16 cores) in
+# one go, sized for a short lease of a many-core machine: each step has a
+# time limit, so the whole run takes twelve minutes at most.
 #
 #   bench/cores.sh build DIR    compile the test binaries and the main job
 #                               into DIR, with a copy of this script, for a
@@ -55,9 +53,9 @@ run() {
 	# crew alone, every dispatch cell, six runs per processor count.
 	step crew 120 "$dir/bench.test" "${b[@]}" -test.bench 'Dispatch/.*/.*/^crew$' \
 		-test.count 6 -test.cpu "$procs"
-	# crew beside the fastest subjects, one run per cell: ants, gammazero,
-	# conc, errgroup, pond v2 Submit and the unbuffered channel pool took
-	# 340 ns per task or more on 2, 8 and 16 processors (BENCHMARKS.md).
+	# crew beside the fastest subjects, one run per cell; the others (ants,
+	# gammazero, conc, errgroup, pond v2 Submit and the unbuffered channel
+	# pool) are left out as the slowest per task in BENCHMARKS.md.
 	step peers 240 "$dir/bench.test" "${b[@]}" -test.cpu "$procs" \
 		-test.bench 'Dispatch/.*/.*/^(crew|pond-eager|pond-balanced|pond-lazy|pond2-go|goroutines|chanpool-buffered)$'
 	step push 40 "$dir/engine.test" "${b[@]}" -test.bench Push -test.count 3 -test.cpu "$procs"

@@ -143,27 +143,23 @@ func (r *Report) table(w io.Writer, g Group, format func(c Cell, workload string
 	}
 }
 
-func fmtMs(ns float64) string {
-	ms := ns / 1e6
-	switch {
-	case ms >= 100:
-		return fmt.Sprintf("%.0f", ms)
-	case ms >= 10:
-		return fmt.Sprintf("%.1f", ms)
-	default:
-		return fmt.Sprintf("%.2f", ms)
-	}
-}
+// fmtMs writes a duration of ns nanoseconds in milliseconds (see fmtShort).
+func fmtMs(ns float64) string { return fmtShort(ns/1e6, "") }
 
-func fmtRatio(r float64) string {
+// fmtRatio writes r as a factor, "1.25x" (see fmtShort).
+func fmtRatio(r float64) string { return fmtShort(r, "x") }
+
+// fmtShort writes x followed by suffix, with two decimals below 10, one
+// below 100 and none from 100 on.
+func fmtShort(x float64, suffix string) string {
+	decimals := 2
 	switch {
-	case r >= 100:
-		return fmt.Sprintf("%.0fx", r)
-	case r >= 10:
-		return fmt.Sprintf("%.1fx", r)
-	default:
-		return fmt.Sprintf("%.2fx", r)
+	case x >= 100:
+		decimals = 0
+	case x >= 10:
+		decimals = 1
 	}
+	return fmt.Sprintf("%.*f%s", decimals, x, suffix)
 }
 
 // fmtCount writes n with a k or M suffix and about three significant digits.

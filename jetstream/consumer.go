@@ -56,23 +56,17 @@ type Consumer[T any] struct {
 // of cons. Nothing happens until Run. NewConsumer panics, with an error
 // wrapping crew.ErrInvalid, if an argument is nil or an option is invalid.
 func NewConsumer[T any](cons natsjs.Consumer, pool *crew.Pool, handler Handler[T], opts ...ConsumerOption) *Consumer[T] {
-	s := defaultConsumerSettings()
+	var argErr error
 	switch {
 	case cons == nil:
-		s.errs = append(s.errs, invalid("NewConsumer: nil consumer"))
+		argErr = invalid("NewConsumer: nil consumer")
 	case pool == nil:
-		s.errs = append(s.errs, invalid("NewConsumer: nil pool"))
+		argErr = invalid("NewConsumer: nil pool")
 	case handler == nil:
-		s.errs = append(s.errs, invalid("NewConsumer: nil handler"))
+		argErr = invalid("NewConsumer: nil handler")
 	}
-	for _, o := range opts {
-		if o != nil {
-			o.applyConsumer(&s)
-		}
-	}
-	if len(s.errs) > 0 {
-		panic(errors.Join(s.errs...))
-	}
+	s := defaultConsumerSettings()
+	applyOptions(&s, argErr, opts, ConsumerOption.applyConsumer)
 	return &Consumer[T]{cons: cons, pool: pool, handler: handler, s: s}
 }
 

@@ -1,6 +1,7 @@
 package jetstream
 
 import (
+	"errors"
 	"log"
 	"time"
 
@@ -10,10 +11,16 @@ import (
 )
 
 // A ConsumerOption configures NewConsumer.
-type ConsumerOption interface{ applyConsumer(*consumerSettings) }
+type ConsumerOption interface {
+	// applyConsumer applies the option to s, or returns why it is invalid.
+	applyConsumer(s *consumerSettings) error
+}
 
 // A PublisherOption configures NewPublisher.
-type PublisherOption interface{ applyPublisher(*publisherSettings) }
+type PublisherOption interface {
+	// applyPublisher applies the option to s, or returns why it is invalid.
+	applyPublisher(s *publisherSettings) error
+}
 
 // An Option configures both a Consumer and a Publisher.
 type Option interface {
@@ -49,7 +56,6 @@ type consumerSettings struct {
 	deadSubject  string
 	onError      func(error)
 	doubleAck    bool
-	errs         []error
 }
 
 func defaultConsumerSettings() consumerSettings {
@@ -71,37 +77,60 @@ type publisherSettings struct {
 	codec   Codec
 	timeout time.Duration
 	batch   []batch.Option
-	errs    []error
 }
 
 func defaultPublisherSettings() publisherSettings {
 	return publisherSettings{codec: JSON{}, timeout: DefaultPublishTimeout}
 }
 
-type consumerOption func(*consumerSettings)
+type consumerOption func(*consumerSettings) error
 
-func (f consumerOption) applyConsumer(s *consumerSettings) { f(s) }
+func (f consumerOption) applyConsumer(s *consumerSettings) error { return f(s) }
 
-type publisherOption func(*publisherSettings)
+type publisherOption func(*publisherSettings) error
 
-func (f publisherOption) applyPublisher(s *publisherSettings) { f(s) }
+func (f publisherOption) applyPublisher(s *publisherSettings) error { return f(s) }
+
+// checked returns the body of an option: it applies set if ok, the outcome
+// of checking the option's arguments, is true, and fails with
+// invalid(format, args...) otherwise.
+func checked[S any](ok bool, set func(*S), format string, args ...any) func(*S) error {
+	return func(s *S) error {
+		if !ok {
+			return invalid(format, args...)
+		}
+		set(s)
+		return nil
+	}
+}
+
+// applyOptions applies the non-nil opts to s with apply, then panics, if
+// argErr (the error of the constructor's own arguments) or any option's
+// error is not nil, with all of them joined.
+func applyOptions[O, S any](s *S, argErr error, opts []O, apply func(O, *S) error) {
+	errs := []error{argErr}
+	for _, o := range opts {
+		if any(o) != nil { // o is an interface: nil only if it holds nothing
+			errs = append(errs, apply(o, s))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		panic(err)
+	}
+}
 
 type codecOption struct{ c Codec }
 
-func (o codecOption) applyConsumer(s *consumerSettings) {
-	if o.c == nil {
-		s.errs = append(s.errs, invalid("WithCodec(nil)"))
-		return
-	}
-	s.codec = o.c
-}
+func (o codecOption) applyConsumer(s *consumerSettings) error   { return o.set(&s.codec) }
+func (o codecOption) applyPublisher(s *publisherSettings) error { return o.set(&s.codec) }
 
-func (o codecOption) applyPublisher(s *publisherSettings) {
+// set stores the codec in *dst, unless it is nil.
+func (o codecOption) set(dst *Codec) error {
 	if o.c == nil {
-		s.errs = append(s.errs, invalid("WithCodec(nil)"))
-		return
+		return invalid("WithCodec(nil)")
 	}
-	s.codec = o.c
+	*dst = o.c
+	return nil
 }
 
 // WithCodec sets the Codec that encodes published items and decodes
@@ -131,15 +160,15 @@ func WithPulls(n int) ConsumerOption {
 }
 
 // positive is an option that applies set if n, its argument, is positive,
-// and records an error naming option otherwise.
+// and fails naming option otherwise.
 func positive(option string, n int, set func(*consumerSettings)) ConsumerOption {
-	return consumerOption(func(s *consumerSettings) {
-		if n <= 0 {
-			s.errs = append(s.errs, invalid("%s(%d): n must be positive", option, n))
-			return
-		}
-		set(s)
-	})
+	return consumerOption(checked(n > 0, set, "%s(%d): n must be positive", option, n))
+}
+
+// nonNegative is an option that applies set if d, its argument, is not
+// negative, and fails naming option otherwise.
+func nonNegative(option string, d time.Duration, set func(*consumerSettings)) ConsumerOption {
+	return consumerOption(checked(d >= 0, set, "%s(%v): d must not be negative", option, d))
 }
 
 // WithFetchWait sets how long a pull request waits on the server for
@@ -147,13 +176,8 @@ func positive(option string, n int, set func(*consumerSettings)) ConsumerOption 
 // also bounds how long stopping waits for the pulls in progress, whose
 // late messages are handed back at once. d must be at least 10ms.
 func WithFetchWait(d time.Duration) ConsumerOption {
-	return consumerOption(func(s *consumerSettings) {
-		if d < 10*time.Millisecond {
-			s.errs = append(s.errs, invalid("WithFetchWait(%v): d must be at least 10ms", d))
-			return
-		}
-		s.fetchWait = d
-	})
+	return consumerOption(checked(d >= 10*time.Millisecond, func(s *consumerSettings) { s.fetchWait = d },
+		"WithFetchWait(%v): d must be at least 10ms", d))
 }
 
 // WithDrainTimeout sets how long Run, once its context is cancelled, waits
@@ -162,13 +186,7 @@ func WithFetchWait(d time.Duration) ConsumerOption {
 // back to the server (Nak) so that another consumer can take them at once,
 // and waits for the handlers to return. d must not be negative.
 func WithDrainTimeout(d time.Duration) ConsumerOption {
-	return consumerOption(func(s *consumerSettings) {
-		if d < 0 {
-			s.errs = append(s.errs, invalid("WithDrainTimeout(%v): d must not be negative", d))
-			return
-		}
-		s.drainTimeout = d
-	})
+	return nonNegative("WithDrainTimeout", d, func(s *consumerSettings) { s.drainTimeout = d })
 }
 
 // WithBackoff sets the delay before a message whose handler failed is
@@ -176,13 +194,7 @@ func WithDrainTimeout(d time.Duration) ConsumerOption {
 // failure). The default is ExponentialBackoff(DefaultBaseBackoff,
 // DefaultMaxBackoff). f must not be nil.
 func WithBackoff(f func(delivery int) time.Duration) ConsumerOption {
-	return consumerOption(func(s *consumerSettings) {
-		if f == nil {
-			s.errs = append(s.errs, invalid("WithBackoff(nil)"))
-			return
-		}
-		s.backoff = f
-	})
+	return consumerOption(checked(f != nil, func(s *consumerSettings) { s.backoff = f }, "WithBackoff(nil)"))
 }
 
 // WithHeartbeat sets how often the consumer tells the server that messages
@@ -195,13 +207,7 @@ func WithBackoff(f func(delivery int) time.Duration) ConsumerOption {
 // of its shortest BackOff step); 0 turns heartbeats off.
 // d must not be negative.
 func WithHeartbeat(d time.Duration) ConsumerOption {
-	return consumerOption(func(s *consumerSettings) {
-		if d < 0 {
-			s.errs = append(s.errs, invalid("WithHeartbeat(%v): d must not be negative", d))
-			return
-		}
-		s.heartbeat = d
-	})
+	return nonNegative("WithHeartbeat", d, func(s *consumerSettings) { s.heartbeat = d })
 }
 
 // WithDeadLetter publishes, through js, every message that the consumer
@@ -217,13 +223,9 @@ func WithHeartbeat(d time.Duration) ConsumerOption {
 // terminated and the failure reported. Without this option such messages
 // are only terminated.
 func WithDeadLetter(js natsjs.JetStream, subject string) ConsumerOption {
-	return consumerOption(func(s *consumerSettings) {
-		if js == nil || subject == "" {
-			s.errs = append(s.errs, invalid("WithDeadLetter: need a JetStream and a subject"))
-			return
-		}
-		s.deadJS, s.deadSubject = js, subject
-	})
+	return consumerOption(checked(js != nil && subject != "",
+		func(s *consumerSettings) { s.deadJS, s.deadSubject = js, subject },
+		"WithDeadLetter: need a JetStream and a subject"))
 }
 
 // WithErrorHandler sets the function that receives what goes wrong outside
@@ -233,13 +235,7 @@ func WithDeadLetter(js natsjs.JetStream, subject string) ConsumerOption {
 // from the consumer's goroutines and must not block for long. The default
 // logs with package log. h must not be nil.
 func WithErrorHandler(h func(error)) ConsumerOption {
-	return consumerOption(func(s *consumerSettings) {
-		if h == nil {
-			s.errs = append(s.errs, invalid("WithErrorHandler(nil)"))
-			return
-		}
-		s.onError = h
-	})
+	return consumerOption(checked(h != nil, func(s *consumerSettings) { s.onError = h }, "WithErrorHandler(nil)"))
 }
 
 // WithDoubleAck makes the consumer wait for the server to confirm each
@@ -249,7 +245,10 @@ func WithErrorHandler(h func(error)) ConsumerOption {
 // without waiting, and one lost in a disconnection makes the message come
 // again after its AckWait.
 func WithDoubleAck() ConsumerOption {
-	return consumerOption(func(s *consumerSettings) { s.doubleAck = true })
+	return consumerOption(func(s *consumerSettings) error {
+		s.doubleAck = true
+		return nil
+	})
 }
 
 // WithBatch sets the options of the Publisher's batch.Batcher. They come
@@ -257,18 +256,16 @@ func WithDoubleAck() ConsumerOption {
 // override them. Give a batch.WithErrorHandler for the item type to receive
 // the items whose last flush failed.
 func WithBatch(opts ...batch.Option) PublisherOption {
-	return publisherOption(func(s *publisherSettings) { s.batch = append(s.batch, opts...) })
+	return publisherOption(func(s *publisherSettings) error {
+		s.batch = append(s.batch, opts...)
+		return nil
+	})
 }
 
 // WithPublishTimeout bounds how long a flush waits for the publish
 // acknowledgements of its batch (DefaultPublishTimeout); the flush fails
 // with the ones still missing, and is retried. d must be positive.
 func WithPublishTimeout(d time.Duration) PublisherOption {
-	return publisherOption(func(s *publisherSettings) {
-		if d <= 0 {
-			s.errs = append(s.errs, invalid("WithPublishTimeout(%v): d must be positive", d))
-			return
-		}
-		s.timeout = d
-	})
+	return publisherOption(checked(d > 0, func(s *publisherSettings) { s.timeout = d },
+		"WithPublishTimeout(%v): d must be positive", d))
 }

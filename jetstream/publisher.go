@@ -62,21 +62,15 @@ type PublisherStats struct {
 // NewPublisher panics, with an error wrapping crew.ErrInvalid, if js is nil,
 // subject is empty, or an option is invalid.
 func NewPublisher[T any](js natsjs.JetStream, subject string, id func(T) string, opts ...PublisherOption) *Publisher[T] {
-	s := defaultPublisherSettings()
+	var argErr error
 	switch {
 	case js == nil:
-		s.errs = append(s.errs, invalid("NewPublisher: nil JetStream"))
+		argErr = invalid("NewPublisher: nil JetStream")
 	case subject == "":
-		s.errs = append(s.errs, invalid("NewPublisher: empty subject"))
+		argErr = invalid("NewPublisher: empty subject")
 	}
-	for _, o := range opts {
-		if o != nil {
-			o.applyPublisher(&s)
-		}
-	}
-	if len(s.errs) > 0 {
-		panic(errors.Join(s.errs...))
-	}
+	s := defaultPublisherSettings()
+	applyOptions(&s, argErr, opts, PublisherOption.applyPublisher)
 	p := &Publisher[T]{js: js, subject: subject, id: id, codec: s.codec, timeout: s.timeout}
 	bopts := append([]batch.Option{batch.WithRetry(5, 100*time.Millisecond, 2*time.Second)}, s.batch...)
 	p.b = batch.New(p.flush, bopts...)

@@ -1,9 +1,8 @@
-// Package batchcmp reproduces the comparison of the batch-processor
-// profiling report (seed 004): events posted to an HTTP collector that takes
-// about a millisecond per request, either by N workers that each send one
-// request per event and wait for it (10 and 100 workers), or through crew's
-// batch.Batcher, which sends batches asynchronously. The collector is a real
-// net/http server on a loopback port in the same process.
+// Package batchcmp compares ways of posting events to an HTTP collector
+// that takes about a millisecond per request: by N workers that each send
+// one request per event and wait for it (10 and 100 workers), or through
+// crew's batch.Batcher, which sends batches asynchronously. The collector
+// is a real net/http server on a loopback port in the same process.
 //
 // For each way it reports events per second, the CPU time of the process
 // (user plus system, from getrusage, so the collector's share is included
@@ -43,7 +42,7 @@ type Config struct {
 	ServerDelay time.Duration
 }
 
-// DefaultConfig is the comparison of the report: 10 and 100 synchronous
+// DefaultConfig is the standard comparison: 10 and 100 synchronous
 // workers against a batcher, on a collector taking 1 ms per request.
 var DefaultConfig = Config{
 	Events:      10000,

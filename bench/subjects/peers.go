@@ -8,29 +8,27 @@ import (
 
 // Gammazero is gammazero/workerpool: Submit, StopWait.
 var Gammazero = Subject{Name: "gammazero", New: func(limit, _ int, task func()) Pool {
-	return &gammazeroPool{workerpool.New(limit), task}
+	p := workerpool.New(limit)
+	return &funcPool{p.Submit, p.StopWait, task}
 }}
-
-type gammazeroPool struct {
-	p    *workerpool.WorkerPool
-	task func()
-}
-
-func (p *gammazeroPool) Submit()   { p.p.Submit(p.task) }
-func (p *gammazeroPool) StopWait() { p.p.StopWait() }
 
 // Conc is sourcegraph/conc's pool: New().WithMaxGoroutines, Go, Wait.
 var Conc = Subject{Name: "conc", New: func(limit, _ int, task func()) Pool {
-	return &concPool{pool.New().WithMaxGoroutines(limit), task}
+	p := pool.New().WithMaxGoroutines(limit)
+	return &funcPool{p.Go, p.Wait, task}
 }}
 
-type concPool struct {
-	p    *pool.Pool
-	task func()
+// funcPool adapts a peer pool whose submit method takes the task as a
+// func() and returns nothing: submit is that method, bound to the pool,
+// and stopWait the one that waits for the tasks and releases the pool.
+type funcPool struct {
+	submit   func(func())
+	stopWait func()
+	task     func()
 }
 
-func (p *concPool) Submit()   { p.p.Go(p.task) }
-func (p *concPool) StopWait() { p.p.Wait() }
+func (p *funcPool) Submit()   { p.submit(p.task) }
+func (p *funcPool) StopWait() { p.stopWait() }
 
 // Errgroup is x/sync/errgroup with SetLimit: one goroutine per task.
 var Errgroup = Subject{Name: "errgroup", New: func(limit, _ int, task func()) Pool {

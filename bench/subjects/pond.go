@@ -17,17 +17,10 @@ var (
 
 func pondV1(name string, strategy func() pond.ResizingStrategy) Subject {
 	return Subject{Name: name, New: func(limit, queue int, task func()) Pool {
-		return &pondPool{pond.New(limit, queueCap(queue), pond.Strategy(strategy())), task}
+		p := pond.New(limit, queueCap(queue), pond.Strategy(strategy()))
+		return &funcPool{p.Submit, p.StopAndWait, task}
 	}}
 }
-
-type pondPool struct {
-	p    *pond.WorkerPool
-	task func()
-}
-
-func (p *pondPool) Submit()   { p.p.Submit(p.task) }
-func (p *pondPool) StopWait() { p.p.StopAndWait() }
 
 // Pond2Go is pond v2's fire-and-forget Go; Pond2Submit is its Submit, which
 // allocates a future per task (discarded here).

@@ -41,8 +41,7 @@ var shaInput = func() (b [256]byte) {
 	return b
 }()
 
-// SHA256 hashes 256 bytes, a CPU-bound task of about 220 ns on the
-// development machine (whose CPU has the SHA extensions).
+// SHA256 hashes 256 bytes: a short CPU-bound task.
 func SHA256() {
 	if h := sha256.Sum256(shaInput[:]); h[0] == 0 && h[1] == 0 && h[2] == 0 {
 		sink.Add(1)

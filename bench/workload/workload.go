@@ -43,7 +43,7 @@ func (w Workload) String() string {
 	return fmt.Sprintf("users=%d tasks/user=%d limit=%d", w.Users, w.TasksPerUser, w.Limit)
 }
 
-// Matrix is the users x tasks matrix of pond's benchmark (seed 000).
+// Matrix is the users x tasks matrix of pond's benchmark.
 var Matrix = []Workload{
 	{"1u-1Mt", 1, 1_000_000, MatrixLimit},
 	{"100u-10Kt", 100, 10_000, MatrixLimit},

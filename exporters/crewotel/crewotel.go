@@ -58,6 +58,36 @@ const QuantileKey = attribute.Key("quantile")
 // Quantiles are the quantiles exported for each latency histogram.
 var Quantiles = []float64{0.5, 0.9, 0.99, 1}
 
+// A stat is an instrument whose value is read from crew.Stats.
+type stat struct {
+	name, unit, desc string
+	monotonic        bool // a Counter; an UpDownCounter if not set
+	value            func(crew.Stats) int64
+}
+
+// poolStats are the instruments read from crew.Stats.
+var poolStats = []stat{
+	{"crew.pool.workers", "{worker}", "Live worker goroutines.", false, func(s crew.Stats) int64 { return int64(s.Workers) }},
+	{"crew.pool.workers.idle", "{worker}", "Workers parked until a task wakes them.", false, func(s crew.Stats) int64 { return int64(s.Idle) }},
+	{"crew.pool.workers.max", "{worker}", "The pool's worker limit.", false, func(s crew.Stats) int64 { return int64(s.MaxWorkers) }},
+	{"crew.pool.tasks.running", "{task}", "Tasks running now.", false, func(s crew.Stats) int64 { return int64(s.Running) }},
+	{"crew.pool.tasks.queued", "{task}", "Tasks waiting for a worker.", false, func(s crew.Stats) int64 { return int64(s.Queued) }},
+	{"crew.pool.tasks.submitted", "{task}", "Tasks accepted.", true, func(s crew.Stats) int64 { return int64(s.Submitted) }},
+	{"crew.pool.tasks.completed", "{task}", "Tasks that finished, whatever their outcome.", true, func(s crew.Stats) int64 { return int64(s.Completed) }},
+	{"crew.pool.tasks.failed", "{task}", "Submit tasks that returned an error, panicked or called runtime.Goexit.", true, func(s crew.Stats) int64 { return int64(s.Failed) }},
+	{"crew.pool.tasks.panicked", "{task}", "Tasks that panicked.", true, func(s crew.Stats) int64 { return int64(s.Panicked) }},
+	{"crew.pool.tasks.dropped", "{task}", "Queued tasks that Shutdown removed without running them.", true, func(s crew.Stats) int64 { return int64(s.Dropped) }},
+}
+
+// instrument creates the instrument of st on meter.
+func (st stat) instrument(meter metric.Meter) (metric.Int64Observable, error) {
+	unit, desc := metric.WithUnit(st.unit), metric.WithDescription(st.desc)
+	if st.monotonic {
+		return meter.Int64ObservableCounter(st.name, unit, desc)
+	}
+	return meter.Int64ObservableUpDownCounter(st.name, unit, desc)
+}
+
 type pool struct {
 	p     *crew.Pool
 	attrs metric.MeasurementOption   // crew.pool
@@ -71,15 +101,11 @@ type pool struct {
 // snapshots (a few microseconds each).
 func Register(meter metric.Meter, pools ...*crew.Pool) (metric.Registration, error) {
 	var errs []error
-	ud := func(name, unit, desc string) metric.Int64ObservableUpDownCounter {
-		i, err := meter.Int64ObservableUpDownCounter(name, metric.WithUnit(unit), metric.WithDescription(desc))
+	stats := make([]metric.Int64Observable, len(poolStats))
+	for i, st := range poolStats {
+		var err error
+		stats[i], err = st.instrument(meter)
 		errs = append(errs, err)
-		return i
-	}
-	ctr := func(name, desc string) metric.Int64ObservableCounter {
-		i, err := meter.Int64ObservableCounter(name, metric.WithUnit("{task}"), metric.WithDescription(desc))
-		errs = append(errs, err)
-		return i
 	}
 	gauge := func(name, desc string) metric.Float64ObservableGauge {
 		i, err := meter.Float64ObservableGauge(name, metric.WithUnit("s"), metric.WithDescription(desc))
@@ -91,16 +117,6 @@ func Register(meter metric.Meter, pools ...*crew.Pool) (metric.Registration, err
 		errs = append(errs, err)
 		return i
 	}
-	workers := ud("crew.pool.workers", "{worker}", "Live worker goroutines.")
-	idle := ud("crew.pool.workers.idle", "{worker}", "Workers parked until a task wakes them.")
-	maxWorkers := ud("crew.pool.workers.max", "{worker}", "The pool's worker limit.")
-	running := ud("crew.pool.tasks.running", "{task}", "Tasks running now.")
-	queued := ud("crew.pool.tasks.queued", "{task}", "Tasks waiting for a worker.")
-	submitted := ctr("crew.pool.tasks.submitted", "Tasks accepted.")
-	completed := ctr("crew.pool.tasks.completed", "Tasks that finished, whatever their outcome.")
-	failed := ctr("crew.pool.tasks.failed", "Submit tasks that returned an error, panicked or called runtime.Goexit.")
-	panicked := ctr("crew.pool.tasks.panicked", "Tasks that panicked.")
-	dropped := ctr("crew.pool.tasks.dropped", "Queued tasks that Shutdown removed without running them.")
 	wait := gauge("crew.pool.task.wait.duration", "Quantiles of the time from a task's submission to its start.")
 	run := gauge("crew.pool.task.run.duration", "Quantiles of the time from a task's start to its return.")
 	waitTotal := total("crew.pool.task.wait.time", "Total time tasks waited from submission to start.")
@@ -117,19 +133,16 @@ func Register(meter metric.Meter, pools ...*crew.Pool) (metric.Registration, err
 			ps[i].quant = append(ps[i].quant, metric.WithAttributeSet(attribute.NewSet(name, QuantileKey.Float64(q))))
 		}
 	}
+	instruments := []metric.Observable{wait, run, waitTotal, runTotal}
+	for _, inst := range stats {
+		instruments = append(instruments, inst)
+	}
 	return meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		for _, p := range ps {
 			s := p.p.Stats()
-			o.ObserveInt64(workers, int64(s.Workers), p.attrs)
-			o.ObserveInt64(idle, int64(s.Idle), p.attrs)
-			o.ObserveInt64(maxWorkers, int64(s.MaxWorkers), p.attrs)
-			o.ObserveInt64(running, int64(s.Running), p.attrs)
-			o.ObserveInt64(queued, int64(s.Queued), p.attrs)
-			o.ObserveInt64(submitted, int64(s.Submitted), p.attrs)
-			o.ObserveInt64(completed, int64(s.Completed), p.attrs)
-			o.ObserveInt64(failed, int64(s.Failed), p.attrs)
-			o.ObserveInt64(panicked, int64(s.Panicked), p.attrs)
-			o.ObserveInt64(dropped, int64(s.Dropped), p.attrs)
+			for i, st := range poolStats {
+				o.ObserveInt64(stats[i], st.value(s), p.attrs)
+			}
 			l, ok := p.p.Latency()
 			if !ok {
 				continue
@@ -142,5 +155,5 @@ func Register(meter metric.Meter, pools ...*crew.Pool) (metric.Registration, err
 			o.ObserveFloat64(runTotal, l.Run.Sum.Seconds(), p.attrs)
 		}
 		return nil
-	}, workers, idle, maxWorkers, running, queued, submitted, completed, failed, panicked, dropped, wait, run, waitTotal, runTotal)
+	}, instruments...)
 }

@@ -69,9 +69,35 @@ type Collector struct {
 	buckets []float64
 	ns      string
 
-	maxWorkers, workers, idle, running, queued   *prometheus.Desc
-	submitted, completed, failed, panicked, drop *prometheus.Desc
-	wait, run                                    *prometheus.Desc
+	stats     []statMetric // one per poolStats entry, in its order
+	wait, run *prometheus.Desc
+}
+
+// A stat is a metric whose value is read from crew.Stats.
+type stat struct {
+	name, help string
+	kind       prometheus.ValueType
+	value      func(crew.Stats) float64
+}
+
+// poolStats are the metrics read from crew.Stats.
+var poolStats = []stat{
+	{"max_workers", "The pool's worker limit.", prometheus.GaugeValue, func(s crew.Stats) float64 { return float64(s.MaxWorkers) }},
+	{"workers", "Live worker goroutines.", prometheus.GaugeValue, func(s crew.Stats) float64 { return float64(s.Workers) }},
+	{"idle_workers", "Workers parked until a task wakes them.", prometheus.GaugeValue, func(s crew.Stats) float64 { return float64(s.Idle) }},
+	{"running_tasks", "Tasks running now.", prometheus.GaugeValue, func(s crew.Stats) float64 { return float64(s.Running) }},
+	{"queued_tasks", "Tasks waiting for a worker.", prometheus.GaugeValue, func(s crew.Stats) float64 { return float64(s.Queued) }},
+	{"tasks_submitted_total", "Tasks accepted.", prometheus.CounterValue, func(s crew.Stats) float64 { return float64(s.Submitted) }},
+	{"tasks_completed_total", "Tasks that finished, whatever their outcome.", prometheus.CounterValue, func(s crew.Stats) float64 { return float64(s.Completed) }},
+	{"tasks_failed_total", "Submit tasks that returned an error, panicked or called runtime.Goexit.", prometheus.CounterValue, func(s crew.Stats) float64 { return float64(s.Failed) }},
+	{"tasks_panicked_total", "Tasks that panicked.", prometheus.CounterValue, func(s crew.Stats) float64 { return float64(s.Panicked) }},
+	{"tasks_dropped_total", "Queued tasks that Shutdown removed without running them.", prometheus.CounterValue, func(s crew.Stats) float64 { return float64(s.Dropped) }},
+}
+
+// A statMetric is a stat with its descriptor in a Collector.
+type statMetric struct {
+	stat
+	desc *prometheus.Desc
 }
 
 // NewCollector returns a Collector for pools. Register it with a
@@ -89,16 +115,10 @@ func NewCollector(pools []*crew.Pool, opts ...Option) *Collector {
 	desc := func(name, help string) *prometheus.Desc {
 		return prometheus.NewDesc(prometheus.BuildFQName(c.ns, "pool", name), help, []string{"pool"}, nil)
 	}
-	c.maxWorkers = desc("max_workers", "The pool's worker limit.")
-	c.workers = desc("workers", "Live worker goroutines.")
-	c.idle = desc("idle_workers", "Workers parked until a task wakes them.")
-	c.running = desc("running_tasks", "Tasks running now.")
-	c.queued = desc("queued_tasks", "Tasks waiting for a worker.")
-	c.submitted = desc("tasks_submitted_total", "Tasks accepted.")
-	c.completed = desc("tasks_completed_total", "Tasks that finished, whatever their outcome.")
-	c.failed = desc("tasks_failed_total", "Submit tasks that returned an error, panicked or called runtime.Goexit.")
-	c.panicked = desc("tasks_panicked_total", "Tasks that panicked.")
-	c.drop = desc("tasks_dropped_total", "Queued tasks that Shutdown removed without running them.")
+	c.stats = make([]statMetric, len(poolStats))
+	for i, st := range poolStats {
+		c.stats[i] = statMetric{st, desc(st.name, st.help)}
+	}
 	c.wait = desc("task_wait_seconds", "Time from a task's submission to its start.")
 	c.run = desc("task_run_seconds", "Time from a task's start to its return.")
 	return c
@@ -106,12 +126,11 @@ func NewCollector(pools []*crew.Pool, opts ...Option) *Collector {
 
 // Describe sends the descriptors of every metric the Collector reports.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{
-		c.maxWorkers, c.workers, c.idle, c.running, c.queued,
-		c.submitted, c.completed, c.failed, c.panicked, c.drop, c.wait, c.run,
-	} {
-		ch <- d
+	for _, m := range c.stats {
+		ch <- m.desc
 	}
+	ch <- c.wait
+	ch <- c.run
 }
 
 // Collect reads every pool and sends its metrics.
@@ -119,22 +138,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	for _, p := range c.pools {
 		name := p.Name()
 		s := p.Stats()
-		gauge := func(d *prometheus.Desc, v int) {
-			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, float64(v), name)
+		for _, m := range c.stats {
+			ch <- prometheus.MustNewConstMetric(m.desc, m.kind, m.value(s), name)
 		}
-		counter := func(d *prometheus.Desc, v uint64) {
-			ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), name)
-		}
-		gauge(c.maxWorkers, s.MaxWorkers)
-		gauge(c.workers, s.Workers)
-		gauge(c.idle, s.Idle)
-		gauge(c.running, s.Running)
-		gauge(c.queued, s.Queued)
-		counter(c.submitted, s.Submitted)
-		counter(c.completed, s.Completed)
-		counter(c.failed, s.Failed)
-		counter(c.panicked, s.Panicked)
-		counter(c.drop, s.Dropped)
 		if l, ok := p.Latency(); ok {
 			ch <- c.histogram(c.wait, l.Wait, name)
 			ch <- c.histogram(c.run, l.Run, name)
