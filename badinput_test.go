@@ -37,9 +37,9 @@ func TestBadInputNegativeIdleTimeout(t *testing.T) {
 	}
 }
 
-// The largest sizes are valid and must work, not overflow. (MaxWorkers +
-// QueueSize overflowed until 015e8c0: every TryGo failed and Go waited
-// forever.)
+// The largest sizes are valid and must work, not overflow: if the worker
+// limit plus the queue size overflowed, every TryGo would fail and Go would
+// wait forever.
 func TestBadInputHugeWorkerLimitWithBoundedQueue(t *testing.T) {
 	leak.Check(t)
 	p := crew.New(math.MaxInt, crew.WithQueueSize(1))
@@ -66,7 +66,8 @@ func TestBadInputResizeToHugeLimitWithBoundedQueue(t *testing.T) {
 	}
 }
 
-// Without a bounded queue the largest limit is fine today; keep it so.
+// Without a bounded queue the largest limit works too: a task runs, Resize
+// to it succeeds and Stop returns.
 func TestBadInputHugeWorkerLimitUnbounded(t *testing.T) {
 	leak.Check(t)
 	p := crew.New(math.MaxInt)
@@ -88,9 +89,9 @@ func TestBadInputNilOption(t *testing.T) {
 	}
 }
 
-// WithCrashOnPanic and WithPanicHandler ask for opposite things. (Until
-// 015e8c0 the last one given won without a word, and until the seventh
-// session NewFunc and NewFuncWithState still let crashing win.)
+// WithCrashOnPanic and WithPanicHandler ask for opposite things, so New
+// and NewFunc reject the pair in either order with ErrInvalid, rather than
+// letting whichever comes last (or crashing) win without a word.
 func TestBadInputCrashOnPanicWithPanicHandler(t *testing.T) {
 	leak.Check(t)
 	handler := crew.WithPanicHandler(func(*crew.PanicError) {})
@@ -141,8 +142,8 @@ func TestBadInputShutdownNilContext(t *testing.T) {
 }
 
 // A nil *Pool (a struct field never set) reports ErrInvalid like the zero
-// Pool does. (It panicked with a nil dereference until 015e8c0, as did a nil
-// Option and GoContext with a nil context.)
+// Pool does, rather than panicking with a nil dereference. (A nil Option
+// and GoContext with a nil context are checked above.)
 func TestBadInputNilPool(t *testing.T) {
 	var p *crew.Pool
 	if err, panicked := newPanic(func() {
@@ -163,7 +164,7 @@ func TestBadInputNilPool(t *testing.T) {
 
 // The methods of a nil Keyed, Priority or RateLimited, and of a layer
 // built on a nil RateLimited, report ErrInvalid as a zero one does, never
-// a nil dereference (bug 89).
+// a nil dereference.
 func TestBadInputNilLayers(t *testing.T) {
 	leak.Check(t)
 	var k *crew.Keyed[int]
@@ -201,8 +202,8 @@ func TestBadInputNilLayers(t *testing.T) {
 	}
 }
 
-// Wait on the zero Task (not made by Submit) returns. (It blocked forever on
-// a nil channel until 015e8c0.)
+// Wait on the zero Task (not made by Submit) returns at once rather than
+// blocking forever on a nil channel.
 func TestBadInputZeroTask(t *testing.T) {
 	var task crew.Task
 	if !returnsWithin(time.Second, func() { task.Wait() }) {

@@ -465,7 +465,8 @@ func (m *fuzzModel) actor(ops []fuzzOp) {
 		case foWait, foShutdownOrWait:
 			if op.code == foShutdownOrWait && op.arg&0x80 != 0 {
 				if m.hasSubmit && !submitRacesShutdown() {
-					// Known bug (see submitRacesShutdown): Stop instead.
+					// Submit must not race Shutdown (see
+					// submitRacesShutdown): Stop instead.
 					m.stopBegun.Store(true)
 					m.mustReturn(10*time.Second, "Stop", p.Stop)
 					continue

@@ -248,8 +248,8 @@ func TestGroupRepanic(t *testing.T) {
 
 // A panic that Wait does not report, because it reports an earlier error
 // or re-panics with an earlier panic, reaches the pool's panic handler
-// before Wait returns, and only such a panic does (bug 87: it was
-// dropped, seen only in Stats().Panicked).
+// before Wait returns, and only such a panic does; it must not be dropped
+// and seen only in Stats().Panicked.
 func TestGroupPanicThatWaitDoesNotReportReachesThePanicHandler(t *testing.T) {
 	leak.Check(t)
 	handler, handled := sentPanics(4)
@@ -325,8 +325,8 @@ func TestGroupPanicThatWaitDoesNotReportReachesThePanicHandler(t *testing.T) {
 
 // Every panic that Wait does not report reaches the panic handler even if
 // the handler panics, and WithRepanic Wait still re-panics with the first
-// panic (found by a review of bug 87's fix: the first handler panic
-// skipped the rest, and escaped Wait in place of the re-panic).
+// panic: the first handler panic must neither skip the rest nor escape
+// Wait in place of the re-panic.
 func TestGroupPanicHandlerThatPanicsGetsEveryUnreportedPanic(t *testing.T) {
 	leak.Check(t)
 	var calls atomic.Int64
@@ -637,11 +637,11 @@ func TestGroupFullNonBlockingPool(t *testing.T) {
 }
 
 // Shutdown's deadline cancels running group tasks and drops their queued
-// steps; Wait still returns and no queued task starts.
-// After Shutdown's deadline the group's queued tasks are skipped, never
-// started, whether the running task returns when the group's context ends
-// or as soon as the pool's does. (The second case started them until bug
-// 52 was fixed: the group learnt of the pool's end on another goroutine.)
+// steps; Wait still returns and no queued task starts. The group's queued
+// tasks are skipped, never started, whether the running task returns when
+// the group's context ends or as soon as the pool's does: in the second
+// case the group must know of the pool's end by the time the task returns,
+// not learn of it later on another goroutine.
 func TestGroupShutdown(t *testing.T) {
 	leak.Check(t)
 	for _, c := range []struct {
@@ -686,8 +686,8 @@ func TestGroupShutdown(t *testing.T) {
 
 // Nor does a group's step that finishes its task while Shutdown drops the
 // pool's queue, before it cancels the pool's context, start the group's
-// next task itself (bug 62: it did). The Drop hook, which the drop calls,
-// holds that moment open.
+// next task itself. The Drop hook, which the drop calls, holds that
+// moment open.
 func TestGroupShutdownDropsWhatADrainingStepLeaves(t *testing.T) {
 	leak.Check(t)
 	releaseA, aStarted, bStarted := make(chan struct{}), make(chan struct{}), make(chan struct{})
@@ -733,8 +733,8 @@ func fullQueue(t *testing.T, workers int) (*crew.Pool, func()) {
 }
 
 // A task accepted while the pool's queue is full starts once the queue has
-// room, without waiting for Wait (bug 86: it waited in the group's queue
-// until a task of the group finished or Wait ran it).
+// room, without waiting for Wait: it must not sit in the group's queue
+// until a task of the group finishes or Wait runs it.
 func TestGroupTaskStartsOnceAFullQueueHasRoom(t *testing.T) {
 	leak.Check(t)
 	p, release := fullQueue(t, 1)
@@ -753,7 +753,7 @@ func TestGroupTaskStartsOnceAFullQueueHasRoom(t *testing.T) {
 
 // A producer and its consumer in one group, both accepted while the pool's
 // queue is full, run at the same time once it has room: Wait, which runs
-// one of them itself, does not wait for ever for the other (bug 86).
+// one of them itself, does not wait for ever for the other.
 func TestGroupProducerAndConsumerOnAFullQueue(t *testing.T) {
 	leak.Check(t)
 	p, release := fullQueue(t, 2)
@@ -866,8 +866,8 @@ func TestGroupZeroValues(t *testing.T) {
 }
 
 // A nil *Group, *ResultGroup or *Stream (a struct field never set) reports
-// ErrInvalid like the zero value, as a nil *Pool does. (They panicked with
-// a nil dereference until the tenth session.)
+// ErrInvalid like the zero value, as a nil *Pool does, rather than
+// panicking with a nil dereference.
 func TestGroupNilPointers(t *testing.T) {
 	leak.Check(t)
 	var g *crew.Group

@@ -135,8 +135,8 @@ func TestHistogramQuantileClampsQ(t *testing.T) {
 // The nearest rank of q among n observations is ceil(q×n) in exact
 // arithmetic; in floating point q×n can land just above an integer
 // (0.07×100 = 7.000000000000001). Every percentile of 1..100 ms is its own
-// value, within the stated error. (Until the eleventh session Quantile(0.07)
-// was 8 ms, 14% off; found by a review.)
+// value, within the stated error: a rank taken as ceil(7.000000000000001)
+// would make Quantile(0.07) 8 ms, 14% off.
 func TestHistogramQuantileRankIsExactForWholeProducts(t *testing.T) {
 	leak.Check(t)
 	s := oneToHundredMs()

@@ -185,8 +185,8 @@ func (x *pausingSend) send(ctx context.Context, s layerStep, mode pushMode) erro
 
 // A Go from inside a task, for a key whose step has already run the task
 // of the Go still starting it, queues behind that start and leaves the key
-// to it: one Go starts a key, never two (two did, and the second went on
-// with a queue the first had recycled; found by TestStressLayers).
+// to it: one Go starts a key, never two, or the second would go on with a
+// queue the first had recycled.
 func TestKeyedGoFromATaskBehindAStartWhoseStepHasRun(t *testing.T) {
 	leak.Check(t)
 	p := New(2, WithQueueSize(4)) // bounded: Go waits for room

@@ -647,9 +647,10 @@ func TestKeyedGoInsideAndOutsideOnBoundedPool(t *testing.T) {
 }
 
 // A key whose task was running when Shutdown gave up keeps no bucket
-// refilling afterwards: it is gone with the others (its timer stayed armed
-// until the bucket was full again, here an hour, holding the Keyed). The
-// running task returns only once the Keyed has dropped key 2's task.
+// refilling afterwards: it is gone with the others, and no timer stays
+// armed until the bucket is full again (here an hour), holding the
+// Keyed. The running task returns only once the Keyed has dropped key 2's
+// task.
 func TestKeyedShutdownLeavesNoRefillingKey(t *testing.T) {
 	leak.Check(t)
 	p := crew.New(1)

@@ -221,9 +221,9 @@ func workerLabels(t *testing.T, p *crew.Pool) string {
 func blockedWorker(release chan struct{}) { <-release }
 
 // A named pool's worker keeps its label after a task that calls pprof.Do
-// with the context it received (bug 97: pprof.Do restored that context's
-// labels, none, and the worker ran without the label for the rest of its
-// life).
+// with the context it received: pprof.Do restores that context's labels
+// when it returns, and if those were none the worker would run without the
+// label for the rest of its life.
 func TestNamedPoolLabelSurvivesPprofDoInATask(t *testing.T) {
 	leak.Check(t)
 	p := crew.New(1, crew.WithName("relabelled"), crew.WithMinWorkers(1))
@@ -240,7 +240,7 @@ func TestNamedPoolLabelSurvivesPprofDoInATask(t *testing.T) {
 }
 
 // A named pool's workers carry its label alone, not the labels of the
-// context given WithContext (found by a review of bug 97's fix).
+// context given WithContext.
 func TestNamedPoolWorkersDoNotCarryTheParentsLabels(t *testing.T) {
 	leak.Check(t)
 	parent := pprof.WithLabels(context.Background(), pprof.Labels("request", "first"))
@@ -252,8 +252,8 @@ func TestNamedPoolWorkersDoNotCarryTheParentsLabels(t *testing.T) {
 }
 
 // A worker does not keep the profile labels of the producer that started
-// it: it runs everybody's tasks (bug 98: an unnamed pool's worker started
-// inside pprof.Do carried that request's label for life).
+// it: it runs everybody's tasks, so an unnamed pool's worker started
+// inside pprof.Do must not carry that request's label for life.
 func TestWorkerDoesNotInheritItsStartersLabels(t *testing.T) {
 	leak.Check(t)
 	p := crew.New(1)

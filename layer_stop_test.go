@@ -153,7 +153,7 @@ func stopWhileSubmitting(t *testing.T,
 // A Keyed or Priority built on a RateLimited learns when the RateLimited
 // drops its step as the pool stops (the step waited for a token): it drops
 // the task behind the step, so a plain task that waits for the layer while
-// Stop runs returns, and so does Stop (bug 41 in RELIABILITY.md).
+// Stop runs returns, and so does Stop.
 func TestLayerOnRateLimitedLearnsOfDroppedSteps(t *testing.T) {
 	layers := map[string]func(rl *crew.RateLimited) (goFn func(func()) error, wait func(), stats func() crew.LayerStats){
 		"Keyed": func(rl *crew.RateLimited) (func(func()) error, func(), func() crew.LayerStats) {
@@ -196,7 +196,7 @@ func TestLayerOnRateLimitedLearnsOfDroppedSteps(t *testing.T) {
 
 // The same with two steps of one Priority dropped at once: the first drop
 // leaves its task to a step that is still pending, and the second must
-// then drop both (found by TestStressLayers).
+// then drop both.
 func TestPriorityOnRateLimitedLearnsOfTwoDroppedSteps(t *testing.T) {
 	leak.Check(t)
 	p := crew.New(2)
@@ -225,9 +225,9 @@ func TestPriorityOnRateLimitedLearnsOfTwoDroppedSteps(t *testing.T) {
 
 // Once Shutdown's deadline has passed, a keyed step whose task returns
 // while the pool's queue is being dropped drops the key's next task
-// instead of running it itself, as it would during Stop (bug 55: it ran
-// it, as the pool said it was giving up only after the drop). The Drop
-// hook, which the drop calls, holds that moment open.
+// instead of running it itself, as it would during Stop: the pool must
+// say it is giving up before the drop, not after it. The Drop hook, which
+// the drop calls, holds that moment open.
 func TestKeyedShutdownDropsWhatADrainingStepLeaves(t *testing.T) {
 	leak.Check(t)
 	releaseA, aStarted, bStarted := make(chan struct{}), make(chan struct{}), make(chan struct{})
@@ -260,11 +260,10 @@ func TestKeyedShutdownDropsWhatADrainingStepLeaves(t *testing.T) {
 }
 
 // When Stop or Shutdown returns, the layers have dropped what the pool
-// will never run: the dropped Tasks are done and counted (bug 56: the
-// layers learnt of the end on a goroutine of their own, which could drop
-// them after Stop had returned). A RateLimited's task waiting for a token
-// is dropped by Stop; a keyed task whose step Shutdown's deadline drops,
-// by Shutdown.
+// will never run: the dropped Tasks are done and counted, not dropped
+// later by a layer that learns of the end on a goroutine of its own. A
+// RateLimited's task waiting for a token is dropped by Stop; a keyed task
+// whose step Shutdown's deadline drops, by Shutdown.
 func TestLayersHaveDroppedWhenStopReturns(t *testing.T) {
 	leak.Check(t)
 	done := func(task *crew.Task) bool {
@@ -313,11 +312,10 @@ func TestLayersHaveDroppedWhenStopReturns(t *testing.T) {
 
 // Nor when a layer's own timer finds the pool stopped while Stop waits for
 // a running task, and drops the waiting tasks itself: Stop returns once
-// they are dropped (bug 64: it waited only for the layer's response to
-// the pool's end, which then found nothing left to drop). The next token
-// comes due 300 ms after the first task, once Stop has closed the pool
-// and while it waits for the gate; the drop of many tasks takes long
-// enough to be seen.
+// they are dropped, not as soon as the layer's response to the pool's end
+// has found nothing left to drop. The next token comes due 300 ms after
+// the first task, once Stop has closed the pool and while it waits for the
+// gate; the drop of many tasks takes long enough to be seen.
 func TestLayersTimerDropsFinishBeforeStopReturns(t *testing.T) {
 	leak.Check(t)
 	n := scaled(50000, 5)

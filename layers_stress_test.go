@@ -28,8 +28,9 @@ import (
 //   - Keyed k1 (sometimes WithKeyRate) and Priority q1 on the pool, and a
 //     RateLimited with Keyed k2 and Priority q2 on it, fed with Go and
 //     Submit;
-//   - Group, ResultGroup, Stream, MapErrSeq and ForEachSeq sessions, and
-//     groups made and waited for inside a task;
+//   - Groups, ResultGroups, Streams, MapErrSeq and ForEachSeq calls, each
+//     given a few tasks and waited for by a producer, and groups made and
+//     waited for inside a task;
 //   - a batch.Batcher WithPool on the same pool.
 //
 // Tasks return, fail, panic, call runtime.Goexit, sleep, wait for their
@@ -701,13 +702,13 @@ func (r *lsRound) produce(prod int, ops int) {
 			}
 			r.submit(id)
 		case x < 60:
-			r.groupSession(rng)
+			r.groupJob(rng)
 		case x < 66:
-			r.resultSession(rng)
+			r.resultJob(rng)
 		case x < 74:
-			r.streamSession(rng)
+			r.streamJob(rng)
 		case x < 80:
-			r.seqSession(rng)
+			r.seqJob(rng)
 		case x < 95 && r.b != nil:
 			r.batchOp(rng)
 		default:
@@ -723,7 +724,7 @@ func (r *lsRound) groupCtx(rng *rand.Rand) (context.Context, context.CancelFunc)
 	return context.WithCancel(context.Background())
 }
 
-func (r *lsRound) groupSession(rng *rand.Rand) {
+func (r *lsRound) groupJob(rng *rand.Rand) {
 	ctx, cancel := r.groupCtx(rng)
 	defer cancel()
 	s := &lsSess{}
@@ -750,7 +751,7 @@ func (r *lsRound) groupSession(rng *rand.Rand) {
 	}
 }
 
-// groupGo submits task id to the plain group of session s.
+// groupGo submits task id to s's plain group.
 func (r *lsRound) groupGo(s *lsSess, id int, what string) {
 	s.add(id)
 	r.submitTo(s, id, what, func() error {
@@ -758,7 +759,7 @@ func (r *lsRound) groupGo(s *lsSess, id int, what string) {
 	})
 }
 
-// submitTo makes task id part of session s, submits it with submit and
+// submitTo adds task id to s's tasks, submits it with submit and
 // marks it accepted or refused; only a stopping pool may refuse it. It
 // reports whether the task was accepted.
 func (r *lsRound) submitTo(s *lsSess, id int, what string, submit func() error) bool {
@@ -775,7 +776,7 @@ func (r *lsRound) submitTo(s *lsSess, id int, what string, submit func() error) 
 	return true
 }
 
-func (r *lsRound) resultSession(rng *rand.Rand) {
+func (r *lsRound) resultJob(rng *rand.Rand) {
 	ctx, cancel := r.groupCtx(rng)
 	defer cancel()
 	s := &lsSess{}
@@ -820,7 +821,7 @@ func (r *lsRound) resultSession(rng *rand.Rand) {
 	}
 }
 
-func (r *lsRound) streamSession(rng *rand.Rand) {
+func (r *lsRound) streamJob(rng *rand.Rand) {
 	ctx, cancel := r.groupCtx(rng)
 	defer cancel()
 	s := &lsSess{}
@@ -927,7 +928,7 @@ func (r *lsRound) streamSession(rng *rand.Rand) {
 	}
 }
 
-func (r *lsRound) seqSession(rng *rand.Rand) {
+func (r *lsRound) seqJob(rng *rand.Rand) {
 	ctx, cancel := r.groupCtx(rng)
 	defer cancel()
 	n := rng.IntN(10)

@@ -26,8 +26,8 @@ import (
 const absenceWindow = 100 * time.Millisecond
 
 // After Resize(n), workers beyond n finish their current task and retire:
-// no task may start while n or more run. (Until 015e8c0 idle workers beyond
-// n were woken for new tasks and ran them.)
+// no task may start while n or more run. Idle workers beyond n must not
+// be woken for new tasks.
 func TestResizeShrinkIdleWorkersStartNothingBeyondTheLimit(t *testing.T) {
 	leak.Check(t)
 	p := crew.New(4, crew.WithIdleTimeout(time.Minute))
@@ -77,8 +77,9 @@ func TestResizeShrinkIdleWorkersStartNothingBeyondTheLimit(t *testing.T) {
 
 // After Resize(1) with two tasks running, the worker whose task ends first
 // is beyond the limit: it retires, and starts nothing while the other task
-// runs. (When workers took tasks in batches, a worker beyond the limit ran
-// the rest of its batch first; held counts such tasks.)
+// runs, not even tasks it has already taken from the queue (as a worker
+// that took tasks in batches would hold the rest of its batch). held
+// counts such tasks, taken but neither queued nor started.
 func TestResizeShrinkFinishingWorkerRetires(t *testing.T) {
 	leak.Check(t)
 	for attempt := range 20 {
@@ -98,7 +99,7 @@ func TestResizeShrinkFinishingWorkerRetires(t *testing.T) {
 		for range slow {
 			p.Go(func() { started.Add(1); running.Add(1); <-sem; running.Add(-1) })
 		}
-		close(gate) // tiny tasks grow the batches, then the slow ones come
+		close(gate) // the tiny tasks run first, then the slow ones come
 		waitUntil(t, trapDeadline, "two slow tasks running", func() bool { return running.Load() == 2 })
 		// Both workers are blocked: nothing starts until sem is sent to.
 		held := fast + slow - started.Load() - int64(p.Stats().Queued)
@@ -232,9 +233,9 @@ func TestStatsSubmittedDuringShutdownDrop(t *testing.T) {
 }
 
 // The minimum survives a Resize below it: once the limit grows again, idle
-// workers retire down to WithMinWorkers, not to the lowest limit it had.
-// (Until the ninth session Resize lowered the minimum for good, and two
-// Resizes at once could leave it above the limit.)
+// workers retire down to WithMinWorkers, not to the lowest limit it had:
+// Resize must not lower the minimum for good, nor may two Resizes at once
+// leave it above the limit.
 func TestResizeBelowTheMinimumKeepsIt(t *testing.T) {
 	leak.Check(t)
 	p := crew.New(4, crew.WithMinWorkers(3), crew.WithIdleTimeout(10*time.Millisecond))
@@ -261,9 +262,8 @@ func TestResizeBelowTheMinimumKeepsIt(t *testing.T) {
 }
 
 // After Resize below the minimum and back, the pool starts workers up to
-// the minimum again, as New does, rather than waiting for a burst.
-// (Until the eleventh session it stayed at the lowest limit; found by a
-// review.)
+// the minimum again, as New does, rather than staying at the lowest limit
+// until a burst comes.
 func TestResizeBackAboveTheMinimumRestoresIt(t *testing.T) {
 	leak.Check(t)
 	p := crew.New(4, crew.WithMinWorkers(4), crew.WithIdleTimeout(10*time.Millisecond))
@@ -282,8 +282,8 @@ func TestResizeBackAboveTheMinimumRestoresIt(t *testing.T) {
 // A Resize that grows the limit back while the workers beyond the shrunk
 // limit retire leaves the pool at its minimum: a retiring worker may have
 // read the old limit, and released its slot after Resize counted it as
-// live. (Found by a review in the eleventh session: 3 workers of a
-// minimum of 4, for good, in 1 of about 1,000 rounds.)
+// live, which would leave the pool below its minimum for good. The race is
+// rare, so the test repeats it for 2 s.
 func TestResizeBackWhileWorkersRetireKeepsTheMinimum(t *testing.T) {
 	leak.Check(t)
 	const n = 4
@@ -313,9 +313,8 @@ func TestResizeBackWhileWorkersRetireKeepsTheMinimum(t *testing.T) {
 }
 
 // A task that calls runtime.Goexit ends its worker's goroutine; a pool
-// kept at a minimum of workers replaces it even when no task waits.
-// (Until the eleventh session the replacement came only for unfinished
-// tasks; found by a review.)
+// kept at a minimum of workers replaces it even when no task waits, not
+// only when unfinished tasks need a worker.
 func TestGoexitKeepsTheMinimumWorkers(t *testing.T) {
 	leak.Check(t)
 	p := crew.New(2, crew.WithMinWorkers(2), crew.WithIdleTimeout(10*time.Millisecond))
@@ -328,9 +327,8 @@ func TestGoexitKeepsTheMinimumWorkers(t *testing.T) {
 
 // A WorkerStart hook that ends its goroutine (runtime.Goexit, as
 // t.FailNow does) ends the worker before it is ready: the minimum does not
-// replace it, or every replacement would end the same way, without end.
-// (The minimum's replacement, new in the eleventh session, started 15,000
-// workers in 100 ms here; found by a review.)
+// replace it, or every replacement would end the same way, without end,
+// starting thousands of workers within absenceWindow.
 func TestGoexitInWorkerStartDoesNotChurnTheMinimum(t *testing.T) {
 	leak.Check(t)
 	var starts atomic.Int64
@@ -350,10 +348,8 @@ func TestGoexitInWorkerStartDoesNotChurnTheMinimum(t *testing.T) {
 }
 
 // Resize starts workers for the queued tasks that no searching worker
-// will take, not one per step up to the new limit. (Until the eleventh
-// session, one queued task behind a busy worker made Resize(1<<20) start
-// thousands of workers at GOMAXPROCS=1, and all 1,000 of Resize(1000);
-// found by a review.)
+// will take, not one per step up to the new limit: one queued task behind
+// a busy worker must not make Resize(1<<20) start thousands of workers.
 func TestResizeStartsWorkersForQueuedTasksOnly(t *testing.T) {
 	leak.Check(t)
 	p := crew.New(1)
@@ -374,8 +370,8 @@ func TestResizeStartsWorkersForQueuedTasksOnly(t *testing.T) {
 
 // A worker that moves a spilled backlog back into its shard's ring counts
 // the moved tasks in two places for a moment; Stats must not count them
-// twice. (Until bug 47 was fixed, Submitted ran up to 571 over here, and
-// the exporters' submitted counters went down.)
+// twice, or Submitted would run over the tasks accepted, and the
+// exporters' submitted counters would go down.
 func TestStatsSubmittedWhileABacklogMoves(t *testing.T) {
 	leak.Check(t)
 	submittedNeverAbove(t, 20000, scaled(20, 4), func(p *crew.Pool, release func()) {
@@ -421,8 +417,8 @@ func submittedNeverAbove(t *testing.T, n, rounds int, finish func(p *crew.Pool, 
 }
 
 // Stats().Running never exceeds the live workers, though producers push
-// between its reads. (Until bug 48 was fixed it read the queue before the
-// pushed count and showed 166,589 running on a pool of one worker.)
+// between its reads: reading the queue before the pushed count would show
+// far more tasks running than the pool has workers.
 func TestStatsRunningNeverAboveTheWorkers(t *testing.T) {
 	leak.Check(t)
 	p := crew.New(1)

@@ -264,9 +264,8 @@ func TestSeqIteratorFailureWaitsForTheCalls(t *testing.T) {
 
 // When the iterator panics, its panic goes on and the calls' outcome is
 // dropped; a call's panic then goes to the pool's panic handler rather
-// than nowhere (found with bug 87), once, also when it came after another
-// call's error (a review of the fix found it handed over twice, as
-// unreported and as the dropped outcome's).
+// than nowhere, and only once, also when it came after another call's
+// error: not twice, as an unreported panic and as the dropped outcome's.
 func TestSeqIteratorPanicHandsEachPanicOnce(t *testing.T) {
 	leak.Check(t)
 	handler, handled := sentPanics(4)

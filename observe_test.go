@@ -167,8 +167,8 @@ func TestHooksReportErrorsPanicsAndGoexit(t *testing.T) {
 
 // A Submit task or a Future that returns a *PanicError it did not recover
 // itself (a child's, from Wait) does not fire the Panic hook: only the
-// task that panicked does (bug 95: the hook went by the error's type, and
-// fired twice for one panic while Stats().Panicked said 1).
+// task that panicked does. Going by the error's type would fire the hook
+// twice for one panic while Stats().Panicked says 1.
 func TestHooksPanicOnlyForATaskThatPanicked(t *testing.T) {
 	leak.Check(t)
 	var panics atomic.Int64
@@ -491,9 +491,8 @@ func TestLoggerSummaryWaitsForTheRealStop(t *testing.T) {
 }
 
 // A Stop racing a Shutdown that drops tasks logs the summary as a
-// warning: the summary is logged once, and the Stop, with less left to
-// do, logs it first. (Until the eleventh session it logged it at Info,
-// as a clean stop; found by a review.)
+// warning, not at Info as for a clean stop, although the summary is
+// logged once and the Stop, with less left to do, logs it first.
 func TestLoggerSummaryOfStopRacingADroppingShutdownWarns(t *testing.T) {
 	leak.Check(t)
 	var buf bytes.Buffer
@@ -659,9 +658,9 @@ func TestHooksTaskStartPanicIsTheTasks(t *testing.T) {
 }
 
 // A Submit task whose TaskStart panics completes with that panic even if
-// the Panic hook panics too, and TaskFinish sees it. (Until bug 53 was
-// fixed the task was completed only after the Panic hook returned, so its
-// Wait hung, and TaskFinish saw a nil error.)
+// the Panic hook panics too, and TaskFinish sees it. The task must be
+// completed before the Panic hook runs, not after it returns: otherwise
+// its Wait would hang, and TaskFinish would see a nil error.
 func TestHooksPanickingPanicHookStillEndsTheTask(t *testing.T) {
 	leak.Check(t)
 	var handled atomic.Int64
@@ -688,8 +687,8 @@ func TestHooksPanickingPanicHookStillEndsTheTask(t *testing.T) {
 }
 
 // A Go task's panic reaches the panic handler even if the Panic hook
-// panics too, which Hooks forbids (bug 99: the hook's panic skipped the
-// handler call, which then got only the hook's panic).
+// panics too, which Hooks forbids: the hook's panic must not skip the
+// handler's call for the task's panic, leaving it only the hook's panic.
 func TestHooksPanickingPanicHookDoesNotSwallowTheTasksPanic(t *testing.T) {
 	leak.Check(t)
 	handler, handled := sentPanics(2)
@@ -703,8 +702,8 @@ func TestHooksPanickingPanicHookDoesNotSwallowTheTasksPanic(t *testing.T) {
 }
 
 // runtime.Goexit in TaskStart (t.FailNow in a test's hook) ends a Submit
-// task with ErrGoexit, as a Goexit in the task would. (Until bug 50 was
-// fixed, the task's Wait hung.)
+// task with ErrGoexit, as a Goexit in the task would, rather than leaving
+// the task's Wait to hang.
 func TestHooksTaskStartGoexitEndsTheTask(t *testing.T) {
 	leak.Check(t)
 	p := crew.New(1, crew.WithHooks(crew.Hooks{
@@ -723,8 +722,7 @@ func TestHooksTaskStartGoexitEndsTheTask(t *testing.T) {
 }
 
 // On an observed pool, a panic handler that calls runtime.Goexit does not
-// cost the task its TaskFinish and its run time. (Until bug 51 was fixed,
-// both were skipped.)
+// cost the task its TaskFinish and its run time: neither is skipped.
 func TestHooksSurviveAPanicHandlerThatGoexits(t *testing.T) {
 	leak.Check(t)
 	var finished atomic.Int64
@@ -766,10 +764,9 @@ func TestHooksReportRefusalsFromInsideATask(t *testing.T) {
 // Drop hook and no other, also one that a worker was taking from the
 // queue as Shutdown drained it: the Drop hook's calls, the ShutdownError,
 // Stats and the Tasks reporting ErrDropped agree, whether the pool wraps
-// its tasks to time them (WithLatency) or not (a Drop hook alone). (Until
-// the eleventh session's follow-up fixes such a task went to TaskStart
-// and TaskFinish instead, with a data race on its error, or, unwrapped,
-// to no hook; found by two reviews.)
+// its tasks to time them (WithLatency) or not (a Drop hook alone). Such a
+// task must not go to TaskStart and TaskFinish instead (with a data race
+// on its error), nor, unwrapped, to no hook.
 func TestObservedShutdownDropsReachTheDropHook(t *testing.T) {
 	leak.Check(t)
 	for _, timed := range []bool{true, false} {
@@ -821,8 +818,8 @@ func shutdownDropsReachTheDropHook(t *testing.T, timed bool) {
 // A Drop hook that panics while Shutdown drains the queue (which Hooks
 // forbids) reaches Shutdown's caller only once the drop is complete: every
 // drained task counted, the dropped Tasks done, no task running. A later
-// Stop then stops the pool. (Until the twelfth session the drained tasks
-// went uncounted, and every later Stop waited for them for ever.)
+// Stop then stops the pool: drained tasks left uncounted would make every
+// later Stop wait for them for ever.
 func TestDropHookPanickingInShutdownLeavesThePoolStoppable(t *testing.T) {
 	leak.Check(t)
 	const queued = 5

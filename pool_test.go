@@ -325,9 +325,8 @@ func TestShutdownDropsQueuedTasksAndCountsThem(t *testing.T) {
 
 // A running task that waits for a Task that Shutdown dropped sees it
 // dropped once its deadline has passed: Shutdown completes the dropped
-// Tasks before it waits for the running ones. (Until the eleventh session
-// it completed them only after, and a parent waiting for its child held
-// Shutdown for ever; found by a review.)
+// Tasks before it waits for the running ones. Completing them only after
+// would let a parent waiting for its child hold Shutdown for ever.
 func TestShutdownCompletesDroppedTasksBeforeWaitingForRunningOnes(t *testing.T) {
 	leak.Check(t)
 	p := crew.New(1)
@@ -359,9 +358,9 @@ func TestShutdownCompletesDroppedTasksBeforeWaitingForRunningOnes(t *testing.T) 
 // The same with the dropped Task's Submit still returning as Shutdown
 // drops: its push done (the task drained) but not yet marked accepted.
 // Each trial races a Submit against an expired Shutdown while a running
-// task waits for the Task. (The first fix of bug 70 left such a Task to
-// after the wait, and hung within a few thousand trials; found by a
-// review.)
+// task waits for the Task. Such a Task must be completed before the wait
+// too, or Shutdown hangs; the window is narrow, so the test repeats
+// trials for 3 s.
 func TestShutdownCompletesATaskWhoseSubmitIsReturning(t *testing.T) {
 	leak.Check(t)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -405,9 +404,8 @@ func TestShutdownCompletesATaskWhoseSubmitIsReturning(t *testing.T) {
 
 // A Stop racing an expired Shutdown returns only once the Tasks that the
 // Shutdown dropped are complete: the drain counts them as dropped at once,
-// so the pool goes quiet while they are still being completed. (Found by
-// a review in the eleventh session: Stop returned with 186,018 of 200,000
-// dropped Tasks not yet done.)
+// so the pool goes quiet while they are still being completed, and Stop
+// must not return on that alone with most dropped Tasks not yet done.
 func TestStopRacingShutdownWaitsForTheDroppedTasks(t *testing.T) {
 	leak.Check(t)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -560,7 +558,7 @@ func TestGoexitDoesNotWedgeThePool(t *testing.T) {
 
 // A panic handler that calls runtime.Goexit (t.FailNow in a test's
 // handler) ends the worker, but the task still counts as finished and the
-// slot passes to a new worker. (Until bug 49 was fixed, Stop hung.)
+// slot passes to a new worker, so Stop does not hang.
 func TestPanicHandlerGoexitDoesNotWedgeThePool(t *testing.T) {
 	leak.Check(t)
 	p := crew.New(1, crew.WithPanicHandler(func(*crew.PanicError) { runtime.Goexit() }))

@@ -398,8 +398,7 @@ func TestPrioritySettleInsideATaskDoesNotWait(t *testing.T) {
 }
 
 // Under strict priorities the lowest int is the lowest priority: its key
-// did overflow, and math.MinInt ran first (found by a review in the tenth
-// session).
+// must not overflow, or math.MinInt would run first.
 func TestPriorityStrictMinIntRunsLast(t *testing.T) {
 	leak.Check(t)
 	p := crew.New(1)

@@ -74,11 +74,11 @@ func knownBug(t *testing.T, what string) {
 }
 
 // submitRacesShutdown reports whether the fuzz and stress tests may call
-// Submit while Shutdown runs. Until 015e8c0 a Submit that had not returned
-// when Shutdown dropped the queue was completed twice (close of closed
-// channel; TestSubmitRacingShutdownCompletesEachTaskOnce), and the tests
-// kept the two apart unless CREW_KNOWN_BUGS=1. Return knownBugsOn() again to
-// keep them apart should a similar bug need to be parked.
+// Submit while Shutdown runs. They may: a Submit that has not returned
+// when Shutdown drops the queue completes its Task once
+// (TestSubmitRacingShutdownCompletesEachTaskOnce). Should a bug in that
+// race need to be parked, return knownBugsOn() to keep the two apart
+// unless CREW_KNOWN_BUGS=1.
 func submitRacesShutdown() bool { return true }
 
 // raisePeak raises peak to v if v is larger.

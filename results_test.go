@@ -15,10 +15,9 @@ import (
 )
 
 // turnPatience is how long a task waits for its turn to finish before it
-// finishes anyway. Tasks must all run at once for the order to hold; the
-// engine can hold a task in a worker's batch behind a blocked one (known
-// bug, see traps_test.go), and then the order is given up rather than the
-// test hung.
+// finishes anyway. Tasks must all run at once for the order to hold; if
+// one is held back (see TestTrapRendezvousTasks in traps_test.go), the
+// order is given up rather than the test hung.
 const turnPatience = time.Second
 
 // finishOrder makes tasks finish in a chosen order: task i calls turn(i)

@@ -216,10 +216,10 @@ func TestFuncWithStateGoexitAndPanickingCloser(t *testing.T) {
 
 // A state is closed as soon as the call that panicked with it ends, not
 // when its worker takes the next value; a closer that panics then loses
-// neither that next value nor an ErrDiscardState error (bug 96: the close
-// waited for the next value, ran inside its call, and a panicking closer
-// consumed the value; with ErrDiscardState it ran before the error was
-// reported, and a panic lost the error).
+// neither that next value nor an ErrDiscardState error. A close that
+// waited for the next value would run inside its call, where a panicking
+// closer would consume the value; with ErrDiscardState, a close run before
+// the error is reported would lose the error when it panics.
 func TestFuncWithStateClosesAStateAsItsCallPanics(t *testing.T) {
 	leak.Check(t)
 	var made, closed, ran, panics atomic.Int64
@@ -259,8 +259,8 @@ func TestFuncWithStateClosesAStateAsItsCallPanics(t *testing.T) {
 }
 
 // A state discarded with ErrDiscardState is closed even if the error
-// handler panics (found by a review of bug 96's fix, which closed it only
-// after the handler returned, and left it in use otherwise).
+// handler panics: closing it only after the handler returns would leave
+// it in use.
 func TestFuncWithStateDiscardsAStateWhenTheErrorHandlerPanics(t *testing.T) {
 	leak.Check(t)
 	var made, closed, panics atomic.Int64
@@ -323,8 +323,8 @@ func TestFuncWithStateShutdownClosesStates(t *testing.T) {
 // Stop or Shutdown called from closeState, which runs on the retiring
 // worker, returns at once as from inside a task instead of waiting for
 // that worker to exit: as an idle worker retires, and as Stop retires the
-// workers. (Until the eleventh session both waited for ever, Shutdown past
-// its deadline; found by a review.)
+// workers. Waiting for it would hang Stop for ever, and Shutdown past its
+// deadline.
 func TestFuncWithStateStopFromCloseStateReturns(t *testing.T) {
 	leak.Check(t)
 	t.Run("idle retirement", func(t *testing.T) {
@@ -361,8 +361,8 @@ func TestFuncWithStateStopFromCloseStateReturns(t *testing.T) {
 }
 
 // Under GODEBUG=panicnil=1, a panic(nil) in closeState as the worker
-// retires reaches the panic handler, as one inside a call does. (Until the
-// eleventh session it was recovered and dropped; found by a review.)
+// retires reaches the panic handler, as one inside a call does, rather
+// than being recovered and dropped.
 func TestFuncWithStateCloseStatePanicNilUnderGODEBUG(t *testing.T) {
 	underPanicNil(t, func(t *testing.T) {
 		leak.Check(t)

@@ -317,8 +317,7 @@ func TestStreamAllErrorsInSubmissionOrder(t *testing.T) {
 }
 
 // A stream's task accepted while the pool's queue is full runs, and its
-// callback with it, once the queue has room, without waiting for Wait
-// (bug 86).
+// callback with it, once the queue has room, without waiting for Wait.
 func TestStreamTaskStartsOnceAFullQueueHasRoom(t *testing.T) {
 	leak.Check(t)
 	p, release := fullQueue(t, 1)
@@ -339,8 +338,8 @@ func TestStreamTaskStartsOnceAFullQueueHasRoom(t *testing.T) {
 // producer left in the stream's queue because the pool was full: nobody
 // else may be there to run it. Here two producers wait behind a window of
 // one, the pool stays full, and the window frees: the first producer's
-// task finds no room in the pool. (Until the eleventh session the second
-// producer slept on until somebody called Wait; found by a review.)
+// task finds no room in the pool, and the second producer must run it
+// rather than sleep on until somebody calls Wait.
 func TestStreamGoRunsATaskThePoolTookNoStepFor(t *testing.T) {
 	leak.Check(t)
 	p := crew.New(2, crew.WithQueueSize(0))
@@ -389,10 +388,9 @@ func TestStreamGoRunsATaskThePoolTookNoStepFor(t *testing.T) {
 }
 
 // Under GODEBUG=panicnil=1 a callback's panic(nil) fails the stream like
-// any panic. (Until the eleventh session the stream took it for
-// runtime.Goexit and then also returned: the task left the window twice,
-// letting one task too many in, no error was recorded and Wait returned
-// nil; found by a review.)
+// any panic. Taken for runtime.Goexit, it would make the task leave the
+// window twice, letting one task too many in, record no error and leave
+// Wait to return nil.
 func TestStreamCallbackPanicNilUnderGODEBUG(t *testing.T) {
 	underPanicNil(t, func(t *testing.T) {
 		leak.Check(t)

@@ -391,8 +391,8 @@ func TestStressPoolLifecycle(t *testing.T) {
 				time.Sleep(time.Duration(rng.IntN(300)) * time.Microsecond) // let workers park and retire
 			}
 		}
-		// Half the pools stop straight after the last push (which
-		// stranded tasks until 015e8c0, see TestTrapStopWhileWorkersPark).
+		// Half the pools stop straight after the last push, while
+		// workers park (see TestTrapStopWhileWorkersPark).
 		if rng.IntN(2) == 0 {
 			mustReturn(t, 10*time.Second, "Wait", p.Wait)
 		}

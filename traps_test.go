@@ -19,7 +19,7 @@ import (
 // error; none may hang. The tests wait with deadlines (mustReturn,
 // waitUntil), never with sleeps, and fail with a goroutine dump.
 //
-// Traps that still hang are marked knownBug: they are skipped unless
+// Traps that hang are marked knownBug: they are skipped unless
 // CREW_KNOWN_BUGS=1, because a hung pool cannot be cleaned up and would
 // leak into the other tests. RELIABILITY.md lists them.
 
@@ -254,9 +254,8 @@ func TestTrapStopInsideTask(t *testing.T) {
 
 // A pool stopped only from inside one of its tasks leaves no goroutine
 // behind once its queue is done: the workers of a stopped pool retire as
-// they find it empty, and the idle timeout plays no part. (Until the
-// twelfth session they parked, and ended only with the timeout or a Stop
-// from outside.)
+// they find it empty, and the idle timeout plays no part: they must not
+// park and wait for the timeout or a Stop from outside.
 func TestTrapStopInsideTaskLeavesNoWorker(t *testing.T) {
 	leak.Check(t)
 	p := crew.New(4, crew.WithIdleTimeout(time.Hour), crew.WithMinWorkers(2))
@@ -614,18 +613,17 @@ func TestTrapShutdownWhileProducersBlocked(t *testing.T) {
 	}
 }
 
-// Every worker panics at once while a backlog of tiny tasks is queued (so
-// workers hold batches): each panic is reported once, every other task runs
-// exactly once, and the pool keeps working. TestPanicInEveryWorkerAtOnce
-// (pool_test.go) covers the simple case.
+// Every worker panics at once while a backlog of tiny tasks, some of which
+// panic too, is queued behind them: each panic is reported once, every
+// other task runs exactly once, and the pool keeps working.
+// TestPanicInEveryWorkerAtOnce (pool_test.go) covers the simple case.
 func TestTrapPanicInEveryWorkerWithBacklog(t *testing.T) {
 	leak.Check(t)
 	const workers = 8
 	var panics atomic.Int64
 	p := crew.New(workers, crew.WithPanicHandler(func(*crew.PanicError) { panics.Add(1) }))
-	// The panicking tasks start first (so that none waits in another
-	// worker's batch: see TestTrapRendezvousTasks), the backlog is
-	// queued behind them, then they all panic.
+	// The panicking tasks start first, one on each worker, the backlog
+	// is queued behind them, then they all panic.
 	var started sync.WaitGroup
 	started.Add(workers)
 	release := make(chan struct{})
@@ -798,10 +796,8 @@ func TestTrapGoexitDuringShutdown(t *testing.T) {
 // runtime.Goexit just after Resize shrank the pool, with the other worker
 // parked: the exiting worker hands its slot over, but no new worker may
 // start beyond the limit, so the parked one must be woken for new work.
-// (When workers took tasks in batches, a Goexit handed the rest of its batch
-// back to the queue and called spawn, which failed over the limit: the
-// tasks were stranded and Wait hung. The engine no longer batches; this
-// keeps the path covered.)
+// A task handed back to the queue with no worker allowed to start and none
+// woken would be stranded, and Wait would hang.
 func TestTrapGoexitAfterShrink(t *testing.T) {
 	leak.Check(t)
 	for range 20 {
@@ -835,12 +831,13 @@ func TestTrapGoexitAfterShrink(t *testing.T) {
 }
 
 // Stop straight after a burst, while workers go idle (a short idle timeout
-// makes them park and retire often): every queued task must run. (Until
-// 015e8c0 a worker's last look before it parked skipped a shard whose lock
-// was busy; when Close held it (Stop's first step), the worker parked or
-// retired without the tasks in it, nobody was left to wake, and Stop hung
-// with tasks queued and no worker. TestEngineParkLooksAtBusyShards in
-// internal/engine reproduces the mechanism deterministically.)
+// makes them park and retire often): every queued task must run. A
+// worker's last look before it parks must not skip a shard whose lock is
+// busy: when Close holds it (Stop's first step), the worker would park or
+// retire without the tasks in it, nobody would be left to wake, and Stop
+// would hang with tasks queued and no worker.
+// TestEngineParkLooksAtBusyShards in internal/engine checks the mechanism
+// deterministically.
 func TestTrapStopWhileWorkersPark(t *testing.T) {
 	leak.Check(t)
 	deadline := time.Now().Add(3 * time.Second)
@@ -865,9 +862,9 @@ func TestTrapStopWhileWorkersPark(t *testing.T) {
 
 // Submit racing with Shutdown: each Task completes exactly once, with
 // ErrStopped (refused), ErrDropped (accepted and dropped) or its result.
-// (Until 015e8c0 a Submit blocked for room when Shutdown dropped the queued
-// Submit tasks was completed twice: panic "close of closed channel", which
-// crashed the program.)
+// A Submit blocked for room when Shutdown drops the queued Submit tasks
+// must not be completed twice, which would panic with "close of closed
+// channel" and crash the program.
 func TestSubmitRacingShutdownCompletesEachTaskOnce(t *testing.T) {
 	leak.Check(t)
 	for range 50 {
@@ -910,11 +907,11 @@ func TestSubmitRacingShutdownCompletesEachTaskOnce(t *testing.T) {
 
 // Tasks that wait for each other (a barrier, a channel between a producer
 // task and a consumer task) in a pool whose limit is large enough for all of
-// them at once, behind and among a flood of tiny tasks. (When workers took
-// tiny tasks in batches, a task that blocked held the rest of its worker's
-// batch hostage though the pool was below its limit: if the task it waited
-// for was among them, the pool deadlocked with free worker slots. The engine
-// no longer batches; this keeps it so.)
+// them at once, behind and among a flood of tiny tasks. A worker takes one
+// task at a time: were it to take tiny tasks in batches, a task that
+// blocked would hold the rest of its worker's batch hostage though the pool
+// was below its limit, and if the task it waited for was among them, the
+// pool would deadlock with free worker slots.
 func TestTrapRendezvousTasks(t *testing.T) {
 	leak.Check(t)
 	for range 30 {

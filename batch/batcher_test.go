@@ -618,10 +618,10 @@ func TestStoppedPool(t *testing.T) {
 }
 
 // Close that gives up on a long backlog hands every batch to the error
-// handler in a loop (bug 61: it recursed once per batch, so 10,000 batches
-// or more overflowed a stack of 8 MB, and a million the default 1 GB, after
-// minutes of a search that made it quadratic: 50,000 batches took 1.2 s,
-// now 15 ms). Run in a child process with the smaller stack.
+// handler in a loop, in time linear in the backlog: recursing once per
+// batch would overflow a stack of 8 MB with 50,000 batches, and a search
+// per batch would make it quadratic. Run in a child process with the
+// smaller stack.
 func TestCloseAbandonsALongBacklog(t *testing.T) {
 	if os.Getenv("BATCH_ABANDON_CHILD") == "1" {
 		abandonChild(t)
@@ -667,8 +667,8 @@ func abandonChild(t *testing.T) {
 }
 
 // Flush and Close on a stopped shared pool still give up when their ctx
-// ends (bug 60: they ran the flusher on their own goroutine and waited
-// for it, whatever ctx). The flush function here ends only when Close
+// ends, rather than running the flusher on their own goroutine and waiting
+// for it whatever ctx. The flush function here ends only when Close
 // cancels its context.
 func TestStoppedPoolFlushAndCloseGiveUp(t *testing.T) {
 	leak.Check(t)
@@ -941,8 +941,8 @@ func TestGoexitInFlush(t *testing.T) {
 }
 
 // A flush call that ends in runtime.Goexit is timed as long as it ran,
-// not as the call before it (bug 58: Latency recorded the previous
-// attempt's duration again, here the 20 ms of the first call).
+// not as the call before it: Latency must not record the previous
+// attempt's duration again (here the 20 ms of the first call).
 func TestGoexitInFlushIsTimed(t *testing.T) {
 	leak.Check(t)
 	const first = 20 * time.Millisecond
@@ -972,9 +972,8 @@ func TestGoexitInFlushIsTimed(t *testing.T) {
 
 // With GODEBUG=panicnil=1, a flush function's panic(nil) is recovered as
 // nil: it is a failed flush all the same, handed to the error handler once
-// the retries are spent (bug 59: the batch counted as flushed and its
-// items were lost without a word). Run in a child process with the
-// setting.
+// the retries are spent, not counted as flushed with its items lost
+// without a word. Run in a child process with the setting.
 func TestPanicNilInFlushUnderGODEBUG(t *testing.T) {
 	if os.Getenv("BATCH_PANICNIL_CHILD") == "1" {
 		panicNilFlushChild(t)
@@ -1226,9 +1225,9 @@ func TestLateFlusherAfterPoolGaveUp(t *testing.T) {
 // A shared pool that gives up between a seal that counts a new flusher and
 // the submission of that flusher: poolGaveUp writes the flusher off and
 // flushes the batch on a goroutine of its own, and the seal, refused by the
-// stopped pool, must not count it out again. (It did: the count went below
-// zero, no flusher started any more, and Flush and Close waited for ever;
-// found by the stress tests.) Any seal can meet the pool's end so; here the
+// stopped pool, must not count it out again: the count would go below
+// zero, no flusher would start any more, and Flush and Close would wait
+// for ever. Any seal can meet the pool's end so; here the
 // Add that seals hands the item DropOldest dropped to the error handler
 // first, which stops the pool at that moment.
 func TestPoolGivesUpWhileASealSubmitsItsFlusher(t *testing.T) {
@@ -1321,8 +1320,8 @@ func TestSharedPoolStopRacingAdds(t *testing.T) {
 // A flusher that a worker took before Shutdown's deadline and that begins
 // while poolGaveUp is dispatching its replacement (here pinned there with
 // the pool's hooks, which must not block outside a test) finds itself
-// written off: it took the replacement's place in queued before, and the
-// counts ended at -1 with Close waiting for ever.
+// written off: it must not take the replacement's place in queued, which
+// would end the counts at -1 with Close waiting for ever.
 func TestLateFlusherDuringPoolGaveUp(t *testing.T) {
 	leak.Check(t)
 	rec := newRecorder[int]()
@@ -1364,9 +1363,9 @@ func TestLateFlusherDuringPoolGaveUp(t *testing.T) {
 }
 
 // The bounds that mean "no bound" work: WithMaxConcurrentFlushes(math.MaxInt)
-// made New panic (it sized a slice by it), and WithMaxPending(math.MaxInt)
-// with one item a batch overflowed the count of slices kept for reuse, so
-// none was (both found by a review in the tenth session).
+// must not make New panic (by sizing a slice by it), and
+// WithMaxPending(math.MaxInt) with one item a batch must not overflow the
+// count of slices kept for reuse, so that some still are.
 func TestUnboundedLimits(t *testing.T) {
 	leak.Check(t)
 	ctx := context.Background()
@@ -1412,8 +1411,8 @@ func queuedBatches[T any](b *Batcher[T]) (n, capacity int) {
 
 // DropOldest finishes a sealed batch that its drops empty: while the
 // flushes are stalled, the queue holds no more batches than the pending
-// items fill (bug 90: every emptied batch stayed queued with its slice,
-// and each Add scanned them all for the oldest item).
+// items fill. Otherwise every emptied batch would stay queued with its
+// slice, and each Add would scan them all for the oldest item.
 func TestDropOldestFinishesTheBatchesItEmpties(t *testing.T) {
 	leak.Check(t)
 	ctx := context.Background()
@@ -1444,8 +1443,9 @@ func TestDropOldestFinishesTheBatchesItEmpties(t *testing.T) {
 
 // A batch sealed small while it has to wait for a flush slot holds a slice
 // the size of its items, not of a full batch, so that the bound on pending
-// items bounds memory too (bug 91: 7,999 pending items of 64 bytes, each
-// sealed alone while the flushes were stalled, held 500 MB).
+// items bounds memory too: otherwise a few thousand pending items, each
+// sealed alone while the flushes are stalled, would each hold a slice of a
+// full batch.
 func TestSmallBatchesWaitingForAFlushHoldOnlyTheirItems(t *testing.T) {
 	leak.Check(t)
 	ctx := context.Background()
@@ -1473,8 +1473,8 @@ func TestSmallBatchesWaitingForAFlushHoldOnlyTheirItems(t *testing.T) {
 
 // On a shared pool built WithNonBlocking whose queue is full, the Add that
 // seals a batch does not run the flush itself: the flusher goes on a
-// goroutine of its own (bug 92: Add ran it, and every batch other
-// producers sealed meanwhile, ignoring its ctx).
+// goroutine of its own. Otherwise Add would run it, and every batch other
+// producers sealed meanwhile, ignoring its ctx.
 func TestAddOnAFullNonBlockingPoolDoesNotRunTheFlush(t *testing.T) {
 	leak.Check(t)
 	ctx := context.Background()
@@ -1507,8 +1507,8 @@ func TestAddOnAFullNonBlockingPoolDoesNotRunTheFlush(t *testing.T) {
 }
 
 // An Add that drops an item for DropOldest and seals a batch starts the
-// batch's flush before it hands the dropped item to the error handler
-// (bug 93: the flush waited for the handler, with a flush slot free).
+// batch's flush before it hands the dropped item to the error handler, so
+// that the flush does not wait for the handler while a flush slot is free.
 func TestDropHandOverDoesNotHoldBackTheFlushOfTheBatchSealed(t *testing.T) {
 	leak.Check(t)
 	ctx := context.Background()
