@@ -12,9 +12,10 @@ var (
 	ErrStopped = engine.ErrStopped
 
 	// ErrQueueFull is returned when a bounded queue has no room and the call
-	// may not wait: Go and Submit on a pool built WithNonBlocking, and a Go
-	// or Submit from inside a task when every worker waits for room.
-	// (TrySubmit reports false instead; SubmitCtx waits for its context.)
+	// may not wait: the plain forms (Go, Submit, Invoke) on a pool built
+	// WithNonBlocking, and a Go or Submit from inside a task when every
+	// worker waits for room. (A Try form reports it as false, and a
+	// TrySubmit's Task as its error; a Context form waits for its context.)
 	ErrQueueFull = engine.ErrFull
 
 	// ErrInsideTask is wrapped by the errors of calls that cannot work from

@@ -78,9 +78,9 @@ type histShards struct {
 // A Histogram records durations and reports their quantiles. It is
 // lock-free: Record is two atomic adds on one of several shards of
 // counters, picked at random so that concurrent recorders rarely share a
-// cache line, plus a compare-and-swap when a new maximum is seen. It costs
-// about 15 ns on two cores and allocates nothing; the first Record
-// allocates the counters, about 5 KiB per shard, with one shard per
+// cache line, plus a compare-and-swap when a new maximum is seen; it
+// allocates nothing. The first Record allocates the counters, about 5 KiB
+// per shard, with one shard per
 // processor (at least 2, at most 8). Quantiles are within
 // HistogramRelativeError (3.125%) of the true value from 0 to 2^44 ns
 // (about 4.9 hours; beyond, observations still count, and the maximum is
@@ -125,8 +125,8 @@ func (h *Histogram) Record(d time.Duration) {
 }
 
 // Snapshot returns the histogram's counts at this moment. It takes no lock
-// that Record waits for and allocates one 5 KiB array; its cost is about
-// a microsecond per shard. Observations recorded while it runs may or may
+// that Record waits for and allocates one 5 KiB array; it reads every
+// bucket of every shard. Observations recorded while it runs may or may
 // not be in it; Count always agrees with the buckets Quantile reads.
 func (h *Histogram) Snapshot() HistogramSnapshot {
 	ss := h.shards.Load()

@@ -2,8 +2,9 @@ package crew
 
 import "time"
 
-// Hooks are functions that a pool built WithHooks calls when something
-// happens to its tasks and workers. Every field is optional: a nil hook
+// Hooks are functions that a pool built [WithHooks] calls when something
+// happens to its tasks and workers: a Pool, or a function pool, for which
+// a task is one call of its function. Every field is optional: a nil hook
 // costs nothing, and a pool with no hooks at all runs exactly the code it
 // would without WithHooks.
 //
@@ -16,10 +17,11 @@ import "time"
 // the calls for the tasks after it skipped), and one in WorkerStart or
 // WorkerRetire crashes the program.
 //
-// Task hooks see the tasks submitted with Go, TrySubmit, SubmitCtx and
-// Submit. A Group, ResultGroup, Stream or Map runs its tasks inside steps
-// it submits with TrySubmit, so for those the hooks see the steps (one or
-// more group tasks each); time a group's own tasks with Latency.Track.
+// Task hooks see the tasks submitted with every form of Go and Submit, and
+// a function pool's calls. A Group, ResultGroup, Stream or Map runs its
+// tasks inside steps it submits to the pool, so for those the hooks see
+// the steps (one or more group tasks each); time a group's own tasks with
+// [Latency.Track].
 // Keyed, Priority and RateLimited submit steps too. A step that the pool
 // refuses fires Drop, but the group's or layer's task is not lost: it
 // stays queued there for a later step, or its submitter gets the error.
@@ -30,14 +32,16 @@ type Hooks struct {
 	// TaskFinish is called on the worker when a task has returned,
 	// panicked or called runtime.Goexit, with Wait, Run (the time from
 	// start to finish) and Err: nil for a Go task that returned, the
-	// returned error of a Submit task, a *PanicError, or ErrGoexit. The
+	// returned error of a Submit task or a function pool's call, a
+	// *PanicError, or ErrGoexit. The
 	// pool counts the task as finished (for Wait, Stop and Stats) only
 	// after TaskFinish returns, but a Submit task's own Wait may return
 	// first.
 	TaskFinish func(TaskEvent)
 	// Panic is called, before TaskFinish, for a task that panicked, with
-	// Err the *PanicError. For a Go, TrySubmit or SubmitCtx task it comes
-	// before the pool's panic handler; a Submit task's Wait also returns it.
+	// Err the *PanicError. For a Go task or a function pool's call it
+	// comes before the pool's panic handler; a Submit task's Wait also
+	// returns it.
 	// A pool built WithCrashOnPanic recovers nothing, so Panic is not
 	// called: TaskFinish sees ErrGoexit as the panic unwinds, then the
 	// program crashes.
@@ -47,8 +51,8 @@ type Hooks struct {
 	// it with errors.Is) or the pool was stopping (ErrStopped), or dropped
 	// by Shutdown (ErrDropped; Wait is then zero). A dropped task is
 	// reported on Shutdown's goroutine, or on the worker that was taking
-	// it as Shutdown dropped it. A nil task, a zero pool or a SubmitCtx
-	// whose context ended are not drops.
+	// it as Shutdown dropped it. A nil task, a zero pool or a Context
+	// form whose context ended are not drops.
 	Drop func(TaskEvent)
 	// WorkerStart is called on a new worker goroutine before it takes its
 	// first task.

@@ -414,9 +414,9 @@ func (k *Keyed[K]) abandon() {
 
 // started ends the start of a key that was idle, whose step the executor
 // took (err == nil) or refused: then the task just queued, the first in
-// the key's queue, is not accepted after all. Tasks that Go calls from
-// inside the pool's tasks queued behind it were accepted: a goroutine
-// submits the key's step for them, waiting for room.
+// the key's queue, is not accepted after all. Tasks queued behind it (by
+// submissions that must not wait, or from inside the pool's tasks) were
+// accepted: the stepper submits the key's step for them, waiting for room.
 func (kq *keyQueue[K]) started(err error) error {
 	k, sh := kq.k, kq.sh
 	sh.mu.Lock()

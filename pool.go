@@ -67,7 +67,7 @@ func callTask(task func()) error {
 }
 
 // Go queues task to run on a worker and returns without waiting for it to
-// run. It allocates nothing; BENCHMARKS.md has its cost per task.
+// run. It allocates nothing.
 //
 // If the pool's queue is bounded and full, Go waits for room, or returns
 // ErrQueueFull on a pool built WithNonBlocking. Called from inside one of
