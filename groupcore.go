@@ -315,7 +315,7 @@ func (c *core[I]) refused(n int, fromGo bool) {
 		c.pending--
 	}
 	if stopped {
-		c.giveUp(n, !fromGo)
+		c.forgoSteps(n, !fromGo)
 		return
 	}
 	c.mu.Unlock()
@@ -332,16 +332,16 @@ func (c *core[I]) refused(n int, fromGo bool) {
 // queued tasks are then skipped) or the pool stopped.
 func (c *core[I]) stepLost() {
 	c.mu.Lock()
-	c.giveUp(1, false)
+	c.forgoSteps(1, false)
 }
 
-// giveUp gives up n reserved steps that will not be submitted: the tasks
+// forgoSteps gives up n reserved steps that will not be submitted: the tasks
 // left without a step wait for a running step, a waiter or a producer to
 // run them, and if the pool has stopped and nothing of the group is
 // running, the group fails with ErrStopped so that they are skipped.
 // stepGoesOn tells that the caller is a step about to run the next task.
 // Called with mu held; it unlocks it.
-func (c *core[I]) giveUp(n int, stepGoesOn bool) {
+func (c *core[I]) forgoSteps(n int, stepGoesOn bool) {
 	c.pending -= n
 	idle := !stepGoesOn && c.running+c.pending == 0
 	c.signal()

@@ -172,7 +172,7 @@ func (s *Stream) goAs(ctx context.Context, task func(context.Context) func(), mo
 	s.mu.Unlock()
 	if err := s.c.push(task, false); err != nil {
 		s.mu.Lock()
-		s.release()
+		s.leaveWindow()
 		s.mu.Unlock()
 		return err
 	}
@@ -263,7 +263,7 @@ func (s *Stream) consume() {
 			s.broken = true
 		}
 		if s.broken || cb == nil {
-			s.release()
+			s.leaveWindow()
 			continue
 		}
 		s.mu.Unlock()
@@ -281,7 +281,7 @@ func (s *Stream) consume() {
 			// due, and calling is no longer ours.
 			return
 		}
-		s.release() // the task leaves the window when its callback returns
+		s.leaveWindow() // the task leaves the window when its callback returns
 		if pe != nil {
 			s.broken = true
 		}
@@ -289,8 +289,8 @@ func (s *Stream) consume() {
 	s.calling = false
 }
 
-// release takes a task out of the window. Called under s.mu.
-func (s *Stream) release() {
+// leaveWindow takes a task out of the window. Called under s.mu.
+func (s *Stream) leaveWindow() {
 	s.inflight--
 	s.signal()
 }
@@ -318,7 +318,7 @@ func (s *Stream) call(cb func()) (pe *PanicError, ended bool) {
 		// task whose completion ran this callback records ErrGoexit, which
 		// fails the stream.
 		s.mu.Lock()
-		s.release()
+		s.leaveWindow()
 		s.broken = true
 		s.consume()
 		s.mu.Unlock()
