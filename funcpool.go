@@ -43,7 +43,7 @@ func NewFunc[T any](maxWorkers int, fn func(ctx context.Context, v T) error, opt
 	if fn == nil {
 		panic(invalidf("crew.NewFunc: nil function"))
 	}
-	cfg := configure("NewFunc", maxWorkers, opts)
+	cfg := configure("crew.NewFunc", maxWorkers, opts)
 	p := new(FuncPool[T])
 	c := &p.c
 	call := func(v T) error {

@@ -2,6 +2,7 @@ package crew
 
 import (
 	"context"
+	"sync"
 )
 
 // A Group runs tasks on a pool as one unit of work, with the semantics of
@@ -38,10 +39,13 @@ type Group struct {
 // see Pool.Context) and when Wait returns. A group costs a few small
 // allocations whatever the number of its tasks. NewGroup panics with an
 // error wrapping ErrInvalid if ctx is nil or an option is nil or invalid.
+// groupFIFOs are the queues that finished Groups hand on to new ones.
+var groupFIFOs sync.Pool
+
 func NewGroup(ctx context.Context, p *Pool, opts ...GroupOption) *Group {
 	g := new(Group)
 	g.c.exec = runGroupTask
-	g.c.mustInit(ctx, p, opts)
+	g.c.mustInit(ctx, p, opts, &groupFIFOs)
 	return g
 }
 

@@ -36,8 +36,12 @@ type groupConfig struct {
 func (c *groupConfig) apply(opts []GroupOption) error {
 	errs := applyOptions(c, "group", opts)
 	errs = append(errs, problems(
-		problem(c.limitSet && c.limit < 1, "WithLimit(%d): limit must be at least 1", c.limit),
-		problem(c.timeSet && c.timeout <= 0, "WithTaskTimeout(%v): timeout must be positive", c.timeout),
+		problem(c.limitSet && c.limit < 1, func() error {
+			return invalidf("WithLimit(%d): limit must be at least 1", c.limit)
+		}),
+		problem(c.timeSet && c.timeout <= 0, func() error {
+			return invalidf("WithTaskTimeout(%v): timeout must be positive", c.timeout)
+		}),
 	)...)
 	return errors.Join(errs...)
 }

@@ -97,9 +97,11 @@ type core[I any] struct {
 	stranded func()
 
 	mu         sync.Mutex
-	q          queue.FIFO[entry[I]]
-	inline     [4]entry[I]   // the queue's first chunk: a small group allocates none
-	lists      [4][]entry[I] // the queue's lists of chunks, likewise
+	q          *queue.FIFO[entry[I]] // own, or one that finished groups share (see init)
+	own        queue.FIFO[entry[I]]
+	inline     [4]entry[I]   // own's first chunk: a small group allocates none
+	lists      [4][]entry[I] // own's lists of chunks, likewise
+	fifos      *sync.Pool    // of *queue.FIFO[entry[I]]; nil: the group has its own
 	seq        int           // tasks accepted
 	pending    int           // steps submitted to the pool (or owed) and not started
 	running    int           // tasks running, on steps or helping waiters
@@ -116,7 +118,10 @@ type core[I any] struct {
 }
 
 // init sets c up on p; it reports a nil ctx and nil or invalid options.
-func (c *core[I]) init(ctx context.Context, p *Pool, opts []GroupOption) error {
+// With fifos, a pool of queues that finished groups hand on, the group
+// takes its queue from there, so that a backlog's chunks serve the next
+// group too; otherwise it has its own, with room for a few tasks inline.
+func (c *core[I]) init(ctx context.Context, p *Pool, opts []GroupOption, fifos *sync.Pool) error {
 	if ctx == nil {
 		return invalidf("nil context")
 	}
@@ -133,8 +138,16 @@ func (c *core[I]) init(ctx context.Context, p *Pool, opts []GroupOption) error {
 		c.limit = c.cfg.limit
 	}
 	c.crash = p.crashes()
-	c.q.First = firstChunk
-	c.q.Lend(c.lists[:], c.inline[:])
+	c.own.First = firstChunk
+	c.own.Lend(c.lists[:], c.inline[:])
+	c.q = &c.own
+	if c.fifos = fifos; fifos != nil {
+		q, ok := fifos.Get().(*queue.FIFO[entry[I]])
+		if !ok {
+			q = &queue.FIFO[entry[I]]{First: firstChunk}
+		}
+		c.q = q
+	}
 	c.ctx, c.cancel = context.WithCancelCause(ctx)
 	if p.core().usable() {
 		// Shutdown cancels the pool's context when its deadline passes;
@@ -143,14 +156,14 @@ func (c *core[I]) init(ctx context.Context, p *Pool, opts []GroupOption) error {
 		c.pctx = p.Context()
 		c.unlink = context.AfterFunc(c.pctx, c.poolEnded)
 	}
-	c.step = layerStep{run: c.runStep, dropped: c.stepLost}
+	c.step = layerStep{run: c.runStep, owner: c}
 	c.steps.init(p, c.ctx)
 	return nil
 }
 
 // mustInit is init for the constructors, which panic on what init reports.
-func (c *core[I]) mustInit(ctx context.Context, p *Pool, opts []GroupOption) {
-	if err := c.init(ctx, p, opts); err != nil {
+func (c *core[I]) mustInit(ctx context.Context, p *Pool, opts []GroupOption, fifos *sync.Pool) {
+	if err := c.init(ctx, p, opts, fifos); err != nil {
 		panic(err)
 	}
 }
@@ -327,10 +340,10 @@ func (c *core[I]) refused(n int, fromGo bool) {
 	}
 }
 
-// stepLost gives up an owed step that the stepper could not submit: the
-// group's context ended (Wait has returned, or the group is cancelled: its
-// queued tasks are then skipped) or the pool stopped.
-func (c *core[I]) stepLost() {
+// stepDropped gives up an owed step that the stepper could not submit:
+// the group's context ended (Wait has returned, or the group is cancelled:
+// its queued tasks are then skipped) or the pool stopped.
+func (c *core[I]) stepDropped() {
 	c.mu.Lock()
 	c.forgoSteps(1, false)
 }
@@ -599,6 +612,12 @@ func (c *core[I]) finish(discard bool) (pe *PanicError, res error, unseen []*Pan
 		c.closed = true
 		unseen = c.unseenLocked(discard)
 		c.result = c.outcome()
+		if c.fifos != nil && c.q != &c.own {
+			// Empty now: hand it on. A step still in the pool's queue
+			// finds the group's own queue, empty too.
+			c.fifos.Put(c.q)
+			c.q = &c.own
+		}
 	}
 	res, pe = c.result, c.panicked
 	c.mu.Unlock()

@@ -330,7 +330,7 @@ func (k *Keyed[K]) newQueue(sh *keyShard[K], key K) *keyQueue[K] {
 		kq = &keyQueue[K]{k: k}
 		kq.q.Keep = maxKeptQueue
 		kq.q.Lend(kq.lists[:], kq.small[:])
-		kq.step = k.l.mark(kq.run, kq.abandonScheduled)
+		kq.step = k.l.mark(kq.run, kq)
 	}
 	kq.sh, kq.key = sh, key
 	if k.perKey {
@@ -468,9 +468,9 @@ func (kq *keyQueue[K]) started(err error) error {
 	return err
 }
 
-// abandonScheduled drops the tasks of a scheduled key whose step the
+// stepDropped drops the tasks of a scheduled key whose step the
 // stopped pool refused, or a RateLimited dropped.
-func (kq *keyQueue[K]) abandonScheduled() {
+func (kq *keyQueue[K]) stepDropped() {
 	sh := kq.sh
 	sh.mu.Lock()
 	if kq.dead || kq.state != keyScheduled {
@@ -586,7 +586,7 @@ func (kq *keyQueue[K]) after() bool {
 	case k.l.steps.inline(err): // the pool's queue is full, or it is stopping
 		return true
 	}
-	kq.abandonScheduled() // refused for good (a RateLimited never reports a full queue)
+	kq.stepDropped() // refused for good (a RateLimited never reports a full queue)
 	return false
 }
 

@@ -60,8 +60,14 @@ type Executor interface {
 // wait for a token, a pool its queue when Shutdown's deadline passes
 // (which every layer learns of through the end instead).
 type layerStep struct {
-	run     func()
-	dropped func()
+	run   func()
+	owner stepOwner // told if the step is dropped; nil: nobody
+}
+
+// A stepOwner is the group or layer whose step it is, told when the step
+// is dropped unrun.
+type stepOwner interface {
+	stepDropped()
 }
 
 // A stepper hands the steps of one group or layer to its executor: at
@@ -98,7 +104,7 @@ func (st *stepper) submit(ctx context.Context, s layerStep, mode pushMode) error
 func (st *stepper) sendTo(ctx context.Context, s layerStep, mode pushMode) error {
 	switch ex := st.ex.(type) {
 	case *RateLimited:
-		return ex.push(ctx, struct{}{}, layerEntry{fn: s.run, dropped: s.dropped}, mode)
+		return ex.push(ctx, struct{}{}, layerEntry{fn: s.run, owner: s.owner}, mode)
 	case *Pool:
 		switch mode {
 		case pushTry:
@@ -151,8 +157,8 @@ func (st *stepper) payOwed() {
 			continue
 		}
 		failed = true
-		if s.dropped != nil {
-			s.dropped()
+		if s.owner != nil {
+			s.owner.stepDropped()
 		}
 	}
 }
@@ -172,9 +178,9 @@ func (st *stepper) inline(err error) bool {
 // from a Submit form, or the step of a layer above (with what tells that
 // layer when the step is dropped).
 type layerEntry struct {
-	fn      func()
-	t       *Task
-	dropped func()
+	fn    func()
+	t     *Task
+	owner stepOwner // of a step: told if the entry is dropped
 }
 
 // runEntry runs e. A panic in a Go task is recovered here and passed to
@@ -221,8 +227,8 @@ func (l *layer) dropEntries(es ...layerEntry) {
 		switch {
 		case e.t != nil:
 			e.t.finish(ErrDropped)
-		case e.dropped != nil:
-			e.dropped()
+		case e.owner != nil:
+			e.owner.stepDropped()
 		}
 	}
 	if n := int64(len(es)); n > 0 {
@@ -282,11 +288,11 @@ func (l *layer) init(ex Executor, what string, abandon func()) {
 }
 
 // mark returns the step that runs run under l's number, so that wait
-// recognises a call from inside it, and calls dropped if it is dropped
+// recognises a call from inside it, and tells owner if it is dropped
 // unrun. Call it once per step, not per submission: the func it makes is
 // allocated once.
-func (l *layer) mark(run, dropped func()) layerStep {
-	return layerStep{run: func() { engine.RunAs(l.id, engine.Func(run)) }, dropped: dropped}
+func (l *layer) mark(run func(), owner stepOwner) layerStep {
+	return layerStep{run: func() { engine.RunAs(l.id, engine.Func(run)) }, owner: owner}
 }
 
 // refuses reports why the layer's pool takes no new work, or nil; l is

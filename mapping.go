@@ -3,7 +3,12 @@ package crew
 import (
 	"context"
 	"iter"
+	"sync"
 )
+
+// indexFIFOs are the queues that finished slice helpers hand on to new
+// ones: their tasks are just their indexes.
+var indexFIFOs sync.Pool
 
 // Map calls fn for every element of items on p, concurrently, and returns
 // the results in the order of items. It is MapErr with an fn that cannot
@@ -41,7 +46,7 @@ func MapErr[T, R any](ctx context.Context, p *Pool, items []T, fn func(context.C
 		out[i], err = fn(ctx, items[i])
 		return err
 	}
-	if err := c.init(ctx, p, opts); err != nil {
+	if err := c.init(ctx, p, opts, &indexFIFOs); err != nil {
 		return nil, err
 	}
 	c.pushN(len(items))
@@ -57,7 +62,7 @@ func ForEach[T any](ctx context.Context, p *Pool, items []T, fn func(context.Con
 	}
 	var c core[struct{}]
 	c.exec = func(ctx context.Context, i int, _ struct{}) error { return fn(ctx, items[i]) }
-	if err := c.init(ctx, p, opts); err != nil {
+	if err := c.init(ctx, p, opts, &indexFIFOs); err != nil {
 		return err
 	}
 	c.pushN(len(items))
@@ -100,7 +105,7 @@ func MapErrSeq[T, R any](ctx context.Context, p *Pool, seq iter.Seq[T], fn func(
 		return err
 	}
 	c.grow = out.grow
-	if err := c.init(ctx, p, opts); err != nil {
+	if err := c.init(ctx, p, opts, nil); err != nil {
 		return nil, err
 	}
 	feed(&c, seq)
@@ -119,7 +124,7 @@ func ForEachSeq[T any](ctx context.Context, p *Pool, seq iter.Seq[T], fn func(co
 	}
 	var c core[T]
 	c.exec = func(ctx context.Context, _ int, v T) error { return fn(ctx, v) }
-	if err := c.init(ctx, p, opts); err != nil {
+	if err := c.init(ctx, p, opts, nil); err != nil {
 		return err
 	}
 	feed(&c, seq)

@@ -49,10 +49,10 @@ const DefaultIdleTimeout = time.Second
 // value, a contradiction.
 func configure(what string, maxWorkers int, opts []Option) config {
 	c := config{queueSize: -1, idleTimeout: DefaultIdleTimeout, onPanic: logPanic, ctx: context.Background()}
-	errs := applyOptions(&c, "crew."+what, opts)
+	errs := applyOptions(&c, what, opts)
 	errs = append(errs, c.check(maxWorkers)...)
 	if maxWorkers < 1 {
-		errs = append(errs, invalidf("crew.%s(%d): worker limit must be at least 1", what, maxWorkers))
+		errs = append(errs, invalidf("%s(%d): worker limit must be at least 1", what, maxWorkers))
 	}
 	if err := errors.Join(errs...); err != nil {
 		panic(err)
@@ -63,16 +63,28 @@ func configure(what string, maxWorkers int, opts []Option) config {
 // check returns what is wrong with c's values.
 func (c *config) check(maxWorkers int) []error {
 	return problems(
-		problem(c.queueSet && c.queueSize < 0, "WithQueueSize(%d): size must be at least 0", c.queueSize),
-		problem(c.idleTimeout <= 0, "WithIdleTimeout(%v): timeout must be positive", c.idleTimeout),
-		problem(c.minWorkers < 0, "WithMinWorkers(%d): count must be at least 0", c.minWorkers),
-		problem(maxWorkers >= 1 && c.minWorkers > maxWorkers, "WithMinWorkers(%d) exceeds the worker limit %d", c.minWorkers, maxWorkers),
-		problem(c.onPanic == nil, "WithPanicHandler(nil)"),
-		problem(c.errorSet && c.onError == nil, "WithErrorHandler(nil)"),
-		problem(c.ctx == nil, "WithContext(nil)"),
-		problem(c.loggerSet && c.logger == nil, "WithLogger(nil)"),
-		problem(c.crash && c.handlerSet, "WithCrashOnPanic and WithPanicHandler contradict each other"),
-		problem(c.nonBlocking && !c.queueSet, "WithNonBlocking needs WithQueueSize: an unbounded queue is never full"),
+		problem(c.queueSet && c.queueSize < 0, func() error {
+			return invalidf("WithQueueSize(%d): size must be at least 0", c.queueSize)
+		}),
+		problem(c.idleTimeout <= 0, func() error {
+			return invalidf("WithIdleTimeout(%v): timeout must be positive", c.idleTimeout)
+		}),
+		problem(c.minWorkers < 0, func() error {
+			return invalidf("WithMinWorkers(%d): count must be at least 0", c.minWorkers)
+		}),
+		problem(maxWorkers >= 1 && c.minWorkers > maxWorkers, func() error {
+			return invalidf("WithMinWorkers(%d) exceeds the worker limit %d", c.minWorkers, maxWorkers)
+		}),
+		problem(c.onPanic == nil, func() error { return invalidf("WithPanicHandler(nil)") }),
+		problem(c.errorSet && c.onError == nil, func() error { return invalidf("WithErrorHandler(nil)") }),
+		problem(c.ctx == nil, func() error { return invalidf("WithContext(nil)") }),
+		problem(c.loggerSet && c.logger == nil, func() error { return invalidf("WithLogger(nil)") }),
+		problem(c.crash && c.handlerSet, func() error {
+			return invalidf("WithCrashOnPanic and WithPanicHandler contradict each other")
+		}),
+		problem(c.nonBlocking && !c.queueSet, func() error {
+			return invalidf("WithNonBlocking needs WithQueueSize: an unbounded queue is never full")
+		}),
 	)
 }
 
@@ -90,12 +102,13 @@ func applyOptions[C any, O ~func(*C)](c *C, what string, opts []O) []error {
 	return errs
 }
 
-// problem returns an error wrapping ErrInvalid if bad, and nil otherwise.
-func problem(bad bool, format string, args ...any) error {
+// problem returns why() if bad, and nil otherwise: a constructor's checks
+// build no error, and box no value, while the options are valid.
+func problem(bad bool, why func() error) error {
 	if !bad {
 		return nil
 	}
-	return invalidf(format, args...)
+	return why()
 }
 
 // problems returns the errors that are not nil.

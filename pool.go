@@ -42,9 +42,9 @@ type Pool struct {
 // at run time, and a pool that failed to build has no sensible zero value
 // to return.
 func New(maxWorkers int, opts ...Option) *Pool {
-	cfg := configure("New", maxWorkers, opts)
+	cfg := configure("crew.New", maxWorkers, opts)
 	p := new(Pool)
-	p.c.dropListed = p.dropListed
+	p.c.listed = p
 	p.c.start(cfg, maxWorkers, engine.Config[func()]{Run: call}, stampFunc)
 	return p
 }

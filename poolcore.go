@@ -48,10 +48,15 @@ type poolCore[E any] struct {
 	// before the end: a function pool with state waits for the states to
 	// be closed.
 	exited func()
-	// dropListed, if set, completes the tasks the pool tracks outside the
-	// engine once Shutdown's deadline has passed (a Pool's Submit tasks);
-	// see Pool.dropListed.
-	dropListed func(final bool) int
+	// listed, if set, holds tasks the pool tracks outside the engine (a
+	// Pool's Submit tasks), which Shutdown's deadline drops too.
+	listed listedTasks
+}
+
+// listedTasks are tasks a pool tracks outside its engine; see
+// Pool.dropListed.
+type listedTasks interface {
+	dropListed(final bool) (late int)
 }
 
 // errZeroPool is returned by the methods of a pool not made by its
@@ -212,7 +217,7 @@ func (c *poolCore[E]) stop() {
 }
 
 // shutdown is Shutdown: stop with a deadline. When ctx ends first, it ends
-// the pool, drops the queued tasks (the engine's and, with dropListed, the
+// the pool, drops the queued tasks (the engine's and, with listed, the
 // ones the pool tracks), cancels the pool's context so that the running
 // tasks see it, waits for them and reports the drop as a *ShutdownError.
 func (c *poolCore[E]) shutdown(ctx context.Context) error {
@@ -235,7 +240,7 @@ func (c *poolCore[E]) shutdown(ctx context.Context) error {
 		// after the drain: a worker freed by the cancellation must not
 		// start a task about to be dropped.
 		c.end.mark()
-		if c.dropListed == nil {
+		if c.listed == nil {
 			c.end.release()
 		}
 		dropped = c.dropQueued()
@@ -258,13 +263,13 @@ func (c *poolCore[E]) shutdown(ctx context.Context) error {
 // panic reaches the caller: a later Stop then stops the pool.
 func (c *poolCore[E]) dropQueued() (dropped int) {
 	defer func() {
-		if c.dropListed != nil {
-			c.dropListed(false) // before the wait: running tasks may wait for them
+		if c.listed != nil {
+			c.listed.dropListed(false) // before the wait: running tasks may wait for them
 		}
 		c.finish() // the running tasks may wait for what the layers hold, too
 		c.e.Wait(nil)
-		if c.dropListed != nil {
-			dropped += c.dropListed(true) // no worker is left to start them
+		if c.listed != nil {
+			dropped += c.listed.dropListed(true) // no worker is left to start them
 		}
 	}()
 	return c.e.Drain() // a concurrent Shutdown drains the rest, if any

@@ -95,13 +95,15 @@ func WithAging(d time.Duration) PriorityOption {
 func NewPriority(ex Executor, opts ...PriorityOption) *Priority {
 	c := priorityConfig{aging: DefaultAging}
 	errs := applyOptions(&c, "crew.NewPriority", opts)
-	errs = append(errs, problem(c.aging < 0, "WithAging(%v): duration must not be negative", c.aging))
+	errs = append(errs, problem(c.aging < 0, func() error {
+		return invalidf("WithAging(%v): duration must not be negative", c.aging)
+	}))
 	if err := errors.Join(errs...); err != nil {
 		panic(err)
 	}
 	q := &Priority{aging: int64(c.aging), clock: clock.Now}
 	q.l.init(ex, "NewPriority", q.abandon)
-	q.step = q.l.mark(q.run, func() { q.stepFailed(ErrDropped) })
+	q.step = q.l.mark(q.run, q)
 	return q
 }
 
@@ -284,6 +286,9 @@ func (q *Priority) settle(err error) {
 		q.dropQueued()
 	}
 }
+
+// stepDropped settles after a step was dropped (see stepFailed).
+func (q *Priority) stepDropped() { q.stepFailed(ErrDropped) }
 
 // stepFailed settles after the executor dropped a step that pending
 // counted: a RateLimited's, as the pool stopped, or an owed one that the

@@ -109,7 +109,7 @@ func NewRateLimited(ex Executor, r Rate) *RateLimited {
 	rl := &RateLimited{b: b, clock: clock.Now, timerAt: -1}
 	rl.q.Keep = maxKeptQueue
 	rl.l.init(ex, "NewRateLimited", rl.abandon)
-	rl.step = rl.l.mark(rl.run, func() { rl.stepsLost(1) })
+	rl.step = rl.l.mark(rl.run, rl)
 	return rl
 }
 
@@ -285,6 +285,9 @@ func (r *RateLimited) submit(n int) {
 		}
 	}
 }
+
+// stepDropped deals with one of r's steps that its executor dropped.
+func (r *RateLimited) stepDropped() { r.stepsLost(1) }
 
 // stepsLost deals with n reserved steps that will never run: the executor
 // refused or dropped them as the pool stopped. The tasks that have a step

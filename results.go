@@ -29,7 +29,7 @@ func NewResultGroup[T any](ctx context.Context, p *Pool, opts ...GroupOption) *R
 	g := new(ResultGroup[T])
 	g.c.exec = g.exec
 	g.c.grow = g.out.grow
-	g.c.mustInit(ctx, p, opts)
+	g.c.mustInit(ctx, p, opts, nil)
 	return g
 }
 

@@ -54,7 +54,7 @@ func NewFuncWithState[S, T any](maxWorkers int, newState func(ctx context.Contex
 	if newState == nil || fn == nil {
 		panic(invalidf("crew.NewFuncWithState: nil constructor or function"))
 	}
-	cfg := configure("NewFuncWithState", maxWorkers, opts)
+	cfg := configure("crew.NewFuncWithState", maxWorkers, opts)
 	p := new(FuncPool[T])
 	st := &states[S, T]{c: &p.c, newState: newState, closeState: closeState, fn: fn}
 	p.c.exited = func() { st.retired.Wait(nil, func() bool { return st.live.Load() == 0 }) }

@@ -75,7 +75,7 @@ func NewStream(ctx context.Context, p *Pool, opts ...GroupOption) *Stream {
 	s.c.lost = s.skipped
 	s.c.grow = s.grow
 	s.c.stranded = s.wakeProducer
-	s.c.mustInit(ctx, p, opts)
+	s.c.mustInit(ctx, p, opts, nil)
 	s.window = s.c.cfg.limit
 	if s.window == 0 {
 		s.window = p.maxWorkers()
