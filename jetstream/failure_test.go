@@ -134,7 +134,7 @@ func TestNakWithBackoffUntilMaxDeliverThenDeadLetter(t *testing.T) {
 // A dead-letter publish that fails on the last delivery MaxDeliver allows
 // terminates the message and reports the failure: handing it back, as on
 // an earlier delivery, would lose it without a word, as the server does
-// not redeliver it (bug 94).
+// not redeliver it.
 func TestDeadLetterFailingOnTheLastDeliveryTerminates(t *testing.T) {
 	checkLeaks(t)
 	ts := startServer(t)

@@ -131,6 +131,13 @@ func (s *sender) post(ctx context.Context, evs []Event) error {
 	if err != nil {
 		return err
 	}
+	return accepted(resp)
+}
+
+// accepted reads and closes resp, and reports whether the collector took
+// the batch: it answers 204 No Content. Reading the body to its end lets
+// the client reuse the connection.
+func accepted(resp *http.Response) error {
 	defer resp.Body.Close()
 	io.Copy(io.Discard, resp.Body)
 	if resp.StatusCode != http.StatusNoContent {
