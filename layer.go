@@ -106,19 +106,14 @@ func (st *stepper) sendTo(ctx context.Context, s layerStep, mode pushMode) error
 	case *RateLimited:
 		return ex.push(ctx, struct{}{}, layerEntry{fn: s.run, owner: s.owner}, mode)
 	case *Pool:
+		c := ex.core()
 		switch mode {
 		case pushTry:
-			if ex.TryGo(s.run) {
-				return nil
-			}
-			if err := ex.refuses(); err != nil {
-				return err
-			}
-			return ErrQueueFull
+			return c.tryPush(s.run, nil)
 		case pushCtx:
-			return ex.GoContext(ctx, s.run)
+			return c.pushContext(ctx, s.run, nil)
 		}
-		return ex.Go(s.run)
+		return c.push(s.run, nil)
 	}
 	return errZeroLayer
 }
