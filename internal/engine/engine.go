@@ -135,9 +135,12 @@ type Engine[T any] struct {
 	spaceSig notify.Cond // bounded: room for a task, or closed
 	exitSig  notify.Cond // the last worker exited
 
-	// resizeMu serializes Resize calls. It comes last so as not to move
-	// the hot fields above.
+	// resizeMu serializes Resize and Lend, which set the limit in force
+	// (maxWorkers) from the limit set and the slots lent. They come last
+	// so as not to move the hot fields above.
 	resizeMu sync.Mutex
+	limit    atomic.Int64 // the limit set: New's, then Resize's
+	lent     int64        // slots lent by tasks waiting for other work (see Lend), guarded by resizeMu
 }
 
 // New returns a started engine. It spawns MinWorkers workers at once.
@@ -179,6 +182,7 @@ func New[T any](cfg Config[T]) *Engine[T] {
 		e.shards[i].init()
 	}
 	e.maxWorkers.Store(int64(cfg.MaxWorkers))
+	e.limit.Store(int64(cfg.MaxWorkers))
 	e.minWorkers = int64(cfg.MinWorkers)
 	e.capacity.Store(capacity(int64(cfg.MaxWorkers), e.queue))
 	e.keepMinimum()
@@ -551,7 +555,7 @@ func (e *Engine[T]) wakeAllParked() {
 	for w := e.idle.pop(); w != nil; w = e.idle.pop() {
 		e.searching.Add(1)
 		e.starting.Add(1)
-		w.sem.Unlock()
+		w.goAhead.open()
 	}
 }
 
@@ -614,16 +618,57 @@ func (e *Engine[T]) Exit() {
 func (e *Engine[T]) Resize(n int) {
 	e.resizeMu.Lock() // one at a time: the capacity follows the limit stored
 	defer e.resizeMu.Unlock()
-	old := e.maxWorkers.Swap(int64(n))
+	e.limit.Store(int64(n))
+	e.applyLimit()
+}
+
+// Saturated reports whether every worker the limit allows is live and none
+// is parked: a task queued now may have to wait for a running one to
+// finish. It reads three words.
+func (e *Engine[T]) Saturated() bool {
+	return e.workers.Load()&countMask >= e.maxWorkers.Load() && e.idle.n.Load() == 0
+}
+
+// Lend runs wait, in which one of e's own tasks waits for other work of
+// e's, with the task's slot lent to e: while wait runs, e may run one task
+// more than its limit, so that the work waited for can run even when every
+// worker is a task waiting so. The tasks running user code stay within the
+// limit: the lender runs none while it waits. When wait returns, the limit
+// is back, and a worker beyond it retires as it finishes its task. Call it
+// only from inside one of e's tasks (see InWorker).
+func (e *Engine[T]) Lend(wait func()) {
+	e.lend(1)
+	defer e.lend(-1)
+	wait()
+}
+
+func (e *Engine[T]) lend(d int64) {
+	e.resizeMu.Lock()
+	defer e.resizeMu.Unlock()
+	e.lent += d
+	e.applyLimit()
+}
+
+// applyLimit makes the limit in force the limit set plus the slots lent,
+// and starts workers for the queued tasks that it lets run. Called with
+// resizeMu held.
+func (e *Engine[T]) applyLimit() {
+	n := e.limit.Load()
+	if e.lent > math.MaxInt64-n {
+		n = math.MaxInt64
+	} else {
+		n += e.lent
+	}
+	old := e.maxWorkers.Swap(n)
 	if e.bounded {
-		e.capacity.Store(capacity(int64(n), e.queue))
+		e.capacity.Store(capacity(n, e.queue))
 		e.spaceSig.Broadcast()
 	}
 	// A woken or new worker counts as searching at once but takes its
 	// task only once it runs, so workers start only for the queued tasks
 	// that no searcher will take: counted against the queued tasks alone,
 	// one task would start a worker at every step up to the new limit.
-	for i := old; i < int64(n) && e.queued() > int64(e.searching.Load()); i++ {
+	for i := old; i < n && e.queued() > int64(e.searching.Load()); i++ {
 		if !e.wake() {
 			break
 		}
@@ -674,7 +719,7 @@ func (e *Engine[T]) Stats() Stats {
 		Completed:  completed,
 		Dropped:    dropped,
 		Panicked:   e.panicked.Load(),
-		MaxWorkers: int(e.maxWorkers.Load()),
+		MaxWorkers: int(e.limit.Load()),
 	}
 }
 

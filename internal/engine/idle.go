@@ -1,16 +1,18 @@
 package engine
 
 import (
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/gocrew/crew/internal/clock"
 )
 
-// A parked worker waits in Lock on a mutex of its own (worker.sem), which
-// is locked whenever no go-ahead is pending: a waker that takes the worker
-// off the idle list unlocks it, exactly once. Unlike a channel and a timer
-// per worker, this costs no allocation, and parking resets no timer.
+// A parked worker waits at a gate of its own (worker.goAhead), which is
+// shut whenever no go-ahead is pending: a waker that takes the worker off
+// the idle list opens it, exactly once, and the worker shuts it again as
+// it passes. Unlike a channel and a timer per worker, this costs no
+// allocation, and parking resets no timer.
 //
 // Idle workers retire after the idle timeout. One timer per engine, the
 // reaper, serves them all: the idle list is ordered by the time of parking,
@@ -65,7 +67,7 @@ func (e *Engine[T]) reap() {
 		}
 		e.idle.remove(w)
 		w.retire = true
-		w.sem.Unlock()
+		w.goAhead.open()
 	}
 }
 
@@ -129,4 +131,37 @@ func (l *idleList[T]) remove(w *worker[T]) {
 	}
 	w.parked, w.asleep = false, false
 	l.n.Add(-1)
+}
+
+// A gate is a worker's go-ahead: a binary semaphore, shut at first, that a
+// waker opens and the worker passes, shutting it behind it. The worker
+// waits in sync.Cond.Wait, which a testing/synctest bubble counts as
+// durably blocked (a wait in Mutex.Lock it does not), so that a bubble
+// whose workers are parked lets its clock advance. A gate must not be
+// copied once used.
+type gate struct {
+	mu     sync.Mutex
+	opened sync.Cond // on mu
+	isOpen bool
+}
+
+// open lets the worker pass: once, whether it waits already or not.
+func (g *gate) open() {
+	g.mu.Lock()
+	g.isOpen = true
+	g.mu.Unlock()
+	g.opened.Signal()
+}
+
+// pass waits until the gate is open, then shuts it.
+func (g *gate) pass() {
+	g.mu.Lock()
+	if g.opened.L == nil {
+		g.opened.L = &g.mu
+	}
+	for !g.isOpen {
+		g.opened.Wait()
+	}
+	g.isOpen = false
+	g.mu.Unlock()
 }

@@ -5,7 +5,6 @@ import (
 	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
-	"sync"
 	"sync/atomic"
 )
 
@@ -26,7 +25,7 @@ type worker[T any] struct {
 	run                func(T)
 	home               uint32        // the shard pop looks at first
 	done               int64         // finished tasks not yet published to e.completed
-	sem                sync.Mutex    // locked except while a go-ahead is pending; a parked worker waits in Lock
+	goAhead            gate          // opened by whoever takes the worker off the idle list
 	idlePrev, idleNext *worker[T]    // idle list links, guarded by e.idleMu
 	parked             bool          // on the idle list, guarded by e.idleMu
 	asleep             bool          // parked and past its last look, guarded by e.idleMu
@@ -74,7 +73,7 @@ func (e *Engine[T]) wakeParked() bool {
 	e.starting.Add(1)
 	e.idleMu.Unlock()
 	e.lastWake.Store(e.now())
-	w.sem.Unlock()
+	w.goAhead.open()
 	return true
 }
 
@@ -153,7 +152,6 @@ func (w *worker[T]) flush(idle bool) {
 func (e *Engine[T]) runWorker() {
 	pprof.SetGoroutineLabels(context.Background())
 	w := e.enlist()
-	w.sem.Lock() // no go-ahead yet
 	RunAs(e.id, w)
 }
 
@@ -497,7 +495,7 @@ func (w *worker[T]) park() (t T, r parkResult) {
 			// The waker counted us as a searcher: take its go-ahead, then
 			// give the count back as foundWork does. (The reaper leaves a
 			// worker alone until it is asleep.)
-			w.sem.Lock()
+			w.goAhead.pass()
 			e.starting.Add(-1)
 			w.foundWork()
 		} else if e.searching.Load() == 0 && e.queued() > 0 {
@@ -521,7 +519,7 @@ func (w *worker[T]) park() (t T, r parkResult) {
 		e.idle.markAsleep(w)
 	}
 	e.idleMu.Unlock()
-	w.sem.Lock()
+	w.goAhead.pass()
 	if w.retire { // the reaper took us off the list and our slot with it
 		return t, retire
 	}

@@ -77,7 +77,6 @@ func TestWakeStaleAtTheLimitStartsNoWorker(t *testing.T) {
 	defer close(occupy(t, e, limit))
 
 	standIn := &worker[func()]{e: e}
-	standIn.sem.Lock()
 	done := make(chan struct{})
 	flickered := make(chan struct{})
 	go func() {
@@ -98,7 +97,7 @@ func TestWakeStaleAtTheLimitStartsNoWorker(t *testing.T) {
 			}
 			e.idleMu.Unlock()
 			if woken {
-				standIn.sem.Lock() // take the go-ahead back for the next round
+				standIn.goAhead.pass() // take the go-ahead back for the next round
 			}
 		}
 	}()
