@@ -45,10 +45,9 @@ func (fu *Future[T]) run(ctx context.Context) error {
 // ErrGoexit, ErrDropped, or a submission error). Wait may be called any
 // number of times, from any goroutine.
 //
-// Unlike Group.Wait, Wait never runs the function itself: a task that
-// waits for a Future of its own pool holds its worker meanwhile, and if
-// every worker does, none is left to run the Futures. Inside tasks, prefer
-// a Group or a ResultGroup, whose Wait runs the queued tasks.
+// Called from inside a task of the same pool, Wait lends that task's slot
+// while it waits, as Task.Wait does, so that the function can run even
+// when every worker is a task waiting for a Future.
 func (fu *Future[T]) Wait() (T, error) {
 	if fu == nil || fu.t == nil {
 		var zero T

@@ -610,7 +610,9 @@ func TestGroupMisuse(t *testing.T) {
 }
 
 // With a full bounded queue and WithNonBlocking, tasks wait in the group
-// and Wait runs them: none is lost.
+// until the pool has room for their steps: none is lost, and Wait, called
+// from outside the pool, runs none of them itself (the pool's one worker
+// is busy, and the group must not run beside it).
 func TestGroupFullNonBlockingPool(t *testing.T) {
 	leak.Check(t)
 	p := crew.New(1, crew.WithQueueSize(1), crew.WithNonBlocking())
@@ -627,10 +629,16 @@ func TestGroupFullNonBlockingPool(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := waitGroupErr(t, g); err != nil {
-		t.Fatal(err)
+	waited := make(chan error, 1)
+	go func() { waited <- g.Wait() }()
+	eventually(t, "Wait to block", func() bool { return strings.Contains(leak.Dump(), "crew.(*core[...]).await") })
+	if n.Load() != 0 {
+		t.Fatalf("%d tasks ran beside the pool's busy worker", n.Load())
 	}
 	close(block)
+	if err := recv(t, waited, "Wait"); err != nil {
+		t.Fatal(err)
+	}
 	if n.Load() != 50 {
 		t.Fatalf("ran %d tasks, want 50", n.Load())
 	}

@@ -37,12 +37,15 @@ import (
 // left for the group's running tasks could wait for ever behind one that
 // waits for it (a producer and its consumer).
 //
-// Wait helps: while tasks are queued and the limit allows, it runs them on
-// the waiting goroutine. This keeps a group that is waited on inside a pool
-// task from deadlocking when every worker is busy (the classic trap of
-// nested groups on a bounded pool), and lets tasks left in the group's
+// Wait helps where that takes no extra slot of the pool: called from one
+// of the pool's own tasks, it runs the group's queued tasks on the waiting
+// goroutine while the limit allows. This keeps a group that is waited on
+// inside a pool task from deadlocking when every worker is busy (the
+// classic trap of nested groups on a bounded pool). From outside the pool,
+// Wait waits: the pool's workers run the group. Either way it skips the
+// queued tasks of a cancelled group, so that tasks left in the group's
 // queue (the pool stopped before their steps were queued, or Shutdown
-// dropped them) run or be skipped rather than be lost.
+// dropped them) are accounted for rather than lost.
 
 // entry is a queued task with its sequence number: its index in submission
 // order, which is where a ResultGroup stores its result.
@@ -204,7 +207,7 @@ func (c *core[I]) push(it I, try bool) error {
 	deep := seq%yieldEvery == 0 && c.q.Len() > yieldDepth
 	c.mu.Unlock()
 	if n > 0 {
-		c.submit(n, true)
+		c.submit(n, false)
 	}
 	if deep {
 		// The producer outruns the tasks, which then compete with it for
@@ -279,7 +282,7 @@ func (c *core[I]) pushN(n int) error {
 	k := c.needSteps()
 	c.mu.Unlock()
 	if k > 0 {
-		c.submit(k, true)
+		c.submit(k, false)
 	}
 	return nil
 }
@@ -303,15 +306,15 @@ func (c *core[I]) needSteps() int {
 // it refused are owed (see stepper): every queued task within the limit
 // must get a step, since a task left to the group's running tasks or to
 // Wait may wait for them for ever (a producer and its consumer in one
-// group, the producer running). A step that calls submit (fromGo false)
+// group, the producer running). A step that calls submit with keep
 // keeps one of them: it runs the next task itself. When the pool has
 // stopped, the refused steps are given up; if nothing of the group is
 // running, the group fails with ErrStopped so that its queued tasks are
 // skipped.
-func (c *core[I]) submit(n int, fromGo bool) bool {
+func (c *core[I]) submit(n int, keep bool) bool {
 	for i := range n {
 		if c.steps.submit(nil, c.step, pushTry) != nil {
-			c.refused(n-i, fromGo)
+			c.refused(n-i, keep)
 			return false
 		}
 	}
@@ -320,15 +323,15 @@ func (c *core[I]) submit(n int, fromGo bool) bool {
 
 // refused deals with n reserved steps that the pool did not take (see
 // submit).
-func (c *core[I]) refused(n int, fromGo bool) {
+func (c *core[I]) refused(n int, keep bool) {
 	stopped := c.p.refuses() != nil
 	c.mu.Lock()
-	if !fromGo {
+	if keep {
 		n--
 		c.pending--
 	}
 	if stopped {
-		c.forgoSteps(n, !fromGo)
+		c.forgoSteps(n, keep)
 		return
 	}
 	c.mu.Unlock()
@@ -387,7 +390,7 @@ func (c *core[I]) runStep() {
 		e := c.q.Take()
 		c.running++
 		c.mu.Unlock()
-		if !c.runItem(e) {
+		if !c.runItem(e, true) {
 			return
 		}
 		c.mu.Lock()
@@ -395,8 +398,20 @@ func (c *core[I]) runStep() {
 	c.mu.Unlock()
 }
 
+// mayHelp reports whether the calling goroutine may run the group's queued
+// tasks itself: it is one of the pool's workers, a task waiting for the
+// group, whose slot the group's task takes. Any other goroutine running
+// them would run more of the pool's tasks at once than its limit. It reads
+// the caller's stack (see engine.InWorker): call it only on a path about
+// to block.
+func (c *core[I]) mayHelp() bool {
+	pc := c.p.core()
+	return pc.usable() && pc.e.InWorker()
+}
+
 // helpOne runs one queued task on the calling goroutine if the limit allows
-// (or skips it if the group is cancelled), and reports whether it did.
+// (or skips it if the group is cancelled), and reports whether it did. The
+// caller has checked mayHelp.
 func (c *core[I]) helpOne() bool {
 	c.mu.Lock()
 	if c.q.Len() == 0 || c.running >= c.limit && c.ctx.Err() == nil {
@@ -406,15 +421,17 @@ func (c *core[I]) helpOne() bool {
 	e := c.q.Take()
 	c.running++
 	c.mu.Unlock()
-	c.runItem(e)
+	c.runItem(e, false)
 	return true
 }
 
 // runItem runs (or, if the group is cancelled, skips) a task that the
-// caller took from the queue and counted as running. It reports whether
-// the caller should go on with the next queued task itself because the
-// pool would not take a step for it.
-func (c *core[I]) runItem(e entry[I]) (again bool) {
+// caller took from the queue and counted as running. With keep, the caller
+// is a step that goes on with the next queued task itself when the pool
+// would take no step for it, and runItem reports whether it must (see
+// done); without, the steps the task's end calls for are all submitted or
+// owed.
+func (c *core[I]) runItem(e entry[I], keep bool) (again bool) {
 	if c.ctx.Err() == nil && c.pctx != nil && (c.pctx.Err() != nil || c.p.over()) {
 		// AfterFunc cancels the group on a goroutine of its own, maybe
 		// later: cancel now, so that no queued task starts meanwhile.
@@ -426,7 +443,7 @@ func (c *core[I]) runItem(e entry[I]) (again bool) {
 		if c.lost != nil {
 			c.lost(e.seq)
 		}
-		return c.done(e.seq, nil, true)
+		return c.done(e.seq, nil, true, keep)
 	}
 	returned := false
 	defer func() {
@@ -434,7 +451,8 @@ func (c *core[I]) runItem(e entry[I]) (again bool) {
 			return
 		}
 		var err error = ErrGoexit
-		if v := recover(); v != nil {
+		v := recover()
+		if v != nil {
 			if c.crash {
 				// WithCrashOnPanic: crash now, before any accounting lets
 				// Wait return. The stack printed still shows the task's
@@ -445,7 +463,9 @@ func (c *core[I]) runItem(e entry[I]) (again bool) {
 			err = &PanicError{Value: v, Stack: debug.Stack()}
 			c.p.notePanic()
 		}
-		again = c.done(e.seq, err, false)
+		// A step that runtime.Goexit ends (recovered as nil) cannot go on
+		// with the next task: it keeps no step.
+		again = c.done(e.seq, err, false, keep && v != nil)
 	}()
 	ctx := c.ctx
 	if c.cfg.timeout > 0 {
@@ -455,12 +475,13 @@ func (c *core[I]) runItem(e entry[I]) (again bool) {
 	}
 	err := c.exec(ctx, e.seq, e.it)
 	returned = true
-	return c.done(e.seq, err, false)
+	return c.done(e.seq, err, false, keep)
 }
 
 // done accounts for a finished task and submits steps for queued tasks
-// that now fit the limit. It reports what runItem does.
-func (c *core[I]) done(seq int, err error, skipped bool) bool {
+// that now fit the limit. With keep, a step the pool would not take is
+// kept for the caller to run itself, and done reports whether it was.
+func (c *core[I]) done(seq int, err error, skipped, keep bool) bool {
 	c.mu.Lock()
 	if skipped {
 		c.skipped++
@@ -477,7 +498,7 @@ func (c *core[I]) done(seq int, err error, skipped bool) bool {
 	n := c.needSteps()
 	c.signal()
 	c.mu.Unlock()
-	return n > 0 && !c.submit(n, false)
+	return n > 0 && !c.submit(n, keep)
 }
 
 // record notes a task's error under mu and returns the cause with which to
@@ -542,17 +563,27 @@ func (c *core[I]) failLocked(seq int, err error) {
 }
 
 // await returns when at most n tasks are unfinished, running queued tasks
-// on the calling goroutine meanwhile (see helpOne). When the group's
+// on the calling goroutine meanwhile where it may (see mayHelp). When the group's
 // context is cancelled it skips every queued task, limit or not.
 func (c *core[I]) await(n int) {
 	c.mu.Lock()
 	skipping := false // the context has been seen cancelled
+	help := 0         // whether the caller may run tasks (see mayHelp): 1 yes, -1 no, 0 not asked yet
 	for c.unfinished > n {
-		if c.q.Len() > 0 && (c.running < c.limit || c.ctx.Err() != nil) {
+		if c.q.Len() > 0 && (c.ctx.Err() != nil || c.running < c.limit && help > 0) {
 			e := c.q.Take()
 			c.running++
 			c.mu.Unlock()
-			c.runItem(e)
+			c.runItem(e, false) // or skips it
+			c.mu.Lock()
+			continue
+		}
+		if c.q.Len() > 0 && c.running < c.limit && help == 0 {
+			c.mu.Unlock()
+			help = -1
+			if c.mayHelp() {
+				help = 1
+			}
 			c.mu.Lock()
 			continue
 		}

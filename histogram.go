@@ -264,8 +264,12 @@ func (s LatencySnapshot) LogValue() slog.Value {
 // (from the call to Track to its start) and how long it ran. Wrap a task
 // as it is submitted, for example g.Go(lat.Track(f)), to time the tasks of
 // one Group or one key. It costs a closure and three clock reads. A panic
-// in task is timed and passed on.
+// in task is timed and passed on. Track(nil) returns nil, which a Go or
+// Submit reports as ErrNilTask.
 func (l *Latency) Track(task func(context.Context) error) func(context.Context) error {
+	if task == nil {
+		return nil
+	}
 	enq := clock.Now()
 	return func(ctx context.Context) error {
 		defer l.ran(l.started(enq))
@@ -273,8 +277,12 @@ func (l *Latency) Track(task func(context.Context) error) func(context.Context) 
 	}
 }
 
-// TrackFunc is Track for a func(), as Pool.Go takes.
+// TrackFunc is Track for a func(), as Pool.Go takes; TrackFunc(nil)
+// returns nil.
 func (l *Latency) TrackFunc(task func()) func() {
+	if task == nil {
+		return nil
+	}
 	enq := clock.Now()
 	return func() {
 		defer l.ran(l.started(enq))

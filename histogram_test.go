@@ -1,6 +1,7 @@
 package crew_test
 
 import (
+	"context"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -186,5 +187,23 @@ func TestHistogramConcurrentRecord(t *testing.T) {
 	}
 	if s.Mean() != s.Sum/total {
 		t.Fatalf("mean %v", s.Mean())
+	}
+}
+
+// Tracking a nil task gives a nil task, which the pool reports as
+// ErrNilTask, not a task that panics when it runs.
+func TestLatencyTrackNil(t *testing.T) {
+	leak.Check(t)
+	var l crew.Latency
+	if l.Track(nil) != nil || l.TrackFunc(nil) != nil {
+		t.Fatal("Track(nil) returned a task")
+	}
+	p := crew.New(1)
+	defer p.Stop()
+	if err := p.Go(l.TrackFunc(nil)); err != crew.ErrNilTask {
+		t.Fatalf("Go(TrackFunc(nil)) = %v, want ErrNilTask", err)
+	}
+	if err := p.Group(context.Background()).Go(l.Track(nil)); err != crew.ErrNilTask {
+		t.Fatalf("Group.Go(Track(nil)) = %v, want ErrNilTask", err)
 	}
 }

@@ -80,7 +80,24 @@ type keyShard[K comparable] struct {
 	m       map[K]*keyQueue[K]
 	peak    int // len(m) at its largest since the map was made
 	waiting int // tasks queued in m's keys, not yet started
-	_       [64]byte
+
+	// WithKeyRate: the keys that wait for a time (a token, or a full
+	// bucket), in a min-heap on it, and the one timer that serves them:
+	// however many keys wait, a shard's wakes run on one goroutine at a
+	// time.
+	wakes   []keyWake[K]
+	timer   *time.Timer
+	timerAt int64 // when timer fires; -1: not armed
+
+	_ [64]byte
+}
+
+// keyWake is a key's wake in its shard's heap. An entry whose gen is not
+// its key's wakeGen any more was overtaken by a later arm, and is ignored.
+type keyWake[K comparable] struct {
+	at  int64
+	kq  *keyQueue[K]
+	gen uint32
 }
 
 // rebuildKeys is the peak size from which a shard's map is rebuilt once
@@ -114,8 +131,8 @@ type keyQueue[K comparable] struct {
 	step     layerStep // kq.run under k's number (see layer.mark), made once
 
 	// WithKeyRate only.
-	b     tokenBucket
-	timer *time.Timer // calls wake
+	b       tokenBucket
+	wakeGen uint32 // of its latest entry in the shard's wakes (see arm)
 }
 
 // A KeyedOption configures a Keyed in NewKeyed, which reports an invalid
@@ -159,6 +176,7 @@ func NewKeyed[K comparable](ex Executor, opts ...KeyedOption) *Keyed[K] {
 		sh := &k.shards[i]
 		sh.m = make(map[K]*keyQueue[K])
 		sh.started.L = &sh.mu
+		sh.timerAt = -1
 	}
 	k.l.init(ex, "NewKeyed", k.abandon)
 	if p, ok := ex.(*Pool); ok && p.core().usable() {
@@ -358,10 +376,8 @@ func (k *Keyed[K]) remove(kq *keyQueue[K], reuse bool) {
 		sh.m, sh.peak = m, n
 	}
 	if k.perKey || !reuse || kq.starting {
-		kq.dead = true // its timer, or its starting Go, may still use it
-		if kq.timer != nil {
-			kq.timer.Stop()
-		}
+		kq.dead = true // a wake in its shard's heap, or its starting Go, may still refer to it
+		kq.wakeGen++
 		return
 	}
 	var zero K
@@ -625,19 +641,90 @@ func (kq *keyQueue[K]) sleep(now int64) {
 	kq.arm(kq.b.at(1), now)
 }
 
-// arm sets kq's timer to call wake at at. Called under the shard lock.
+// arm makes the shard's timer call wake for kq at at, in place of any
+// earlier arm of kq. Called under the shard lock.
 func (kq *keyQueue[K]) arm(at, now int64) {
-	d := time.Duration(max(0, at-now))
-	if kq.timer == nil {
-		kq.timer = time.AfterFunc(d, kq.wake)
-	} else {
-		kq.timer.Reset(d)
+	sh := kq.sh
+	kq.wakeGen++
+	sh.wakes = append(sh.wakes, keyWake[K]{at: at, kq: kq, gen: kq.wakeGen})
+	up(sh.wakes, len(sh.wakes)-1)
+	if sh.timerAt < 0 || at < sh.timerAt {
+		kq.k.setTimer(sh, at, now)
 	}
 }
 
-// wake runs on kq's timer: a sleeping key has a token now, or an idle key's
-// bucket is full and its memory can go. A timer that fires late for a
-// state it was not armed for finds nothing to do, or re-arms.
+// setTimer makes sh's timer fire at at. Called under the shard lock.
+func (k *Keyed[K]) setTimer(sh *keyShard[K], at, now int64) {
+	d := time.Duration(max(0, at-now))
+	if sh.timer == nil {
+		sh.timer = time.AfterFunc(d, func() { k.fire(sh) })
+	} else {
+		sh.timer.Reset(d)
+	}
+	sh.timerAt = at
+}
+
+// fire runs on sh's timer: it takes the wakes that are due off the heap,
+// arms the timer for the next, and wakes their keys.
+func (k *Keyed[K]) fire(sh *keyShard[K]) {
+	sh.mu.Lock()
+	sh.timerAt = -1
+	now := k.clock()
+	var due []*keyQueue[K]
+	for len(sh.wakes) > 0 && sh.wakes[0].at <= now {
+		w := sh.wakes[0]
+		n := len(sh.wakes) - 1
+		sh.wakes[0] = sh.wakes[n]
+		sh.wakes[n] = keyWake[K]{}
+		sh.wakes = sh.wakes[:n]
+		down(sh.wakes, 0)
+		if w.gen == w.kq.wakeGen && !w.kq.dead {
+			due = append(due, w.kq)
+		}
+	}
+	switch {
+	case len(sh.wakes) > 0:
+		k.setTimer(sh, sh.wakes[0].at, now)
+	case cap(sh.wakes) > 1024:
+		sh.wakes = nil // a drained burst gives its memory back
+	}
+	sh.mu.Unlock()
+	for _, kq := range due {
+		kq.wake()
+	}
+}
+
+// up and down keep a shard's wakes a binary min-heap on at.
+func up[K comparable](h []keyWake[K], i int) {
+	for i > 0 {
+		parent := (i - 1) / 2
+		if h[parent].at <= h[i].at {
+			return
+		}
+		h[i], h[parent] = h[parent], h[i]
+		i = parent
+	}
+}
+
+func down[K comparable](h []keyWake[K], i int) {
+	for {
+		least := i
+		for _, c := range []int{2*i + 1, 2*i + 2} {
+			if c < len(h) && h[c].at < h[least].at {
+				least = c
+			}
+		}
+		if least == i {
+			return
+		}
+		h[i], h[least] = h[least], h[i]
+		i = least
+	}
+}
+
+// wake runs when a key's time has come: a sleeping key has a token now, or
+// an idle key's bucket is full and its memory can go. A wake that comes
+// for a state it was not armed for finds nothing to do, or re-arms.
 func (kq *keyQueue[K]) wake() {
 	k, sh := kq.k, kq.sh
 	sh.mu.Lock()

@@ -674,3 +674,27 @@ func TestKeyedShutdownLeavesNoRefillingKey(t *testing.T) {
 		t.Fatalf("after Shutdown, Stats %+v: want no key left", s)
 	}
 }
+
+// Keys WithKeyRate that go idle wait for their buckets to refill on one
+// timer per shard, not one goroutine each: draining many keys at once
+// starts a handful of goroutines, and every key's memory goes.
+func TestKeyedRateDrainStartsFewGoroutines(t *testing.T) {
+	leak.Check(t)
+	p := crew.New(4)
+	defer p.Stop()
+	k := crew.NewKeyed[int](p, crew.WithKeyRate(crew.Rate{Limit: 1, Per: 50 * time.Millisecond}))
+	base := runtime.NumGoroutine()
+	keys := scaled(20_000, 4)
+	for i := range keys {
+		k.Go(i, func() {})
+	}
+	k.Wait()
+	peak := 0
+	eventually(t, "every key's bucket to refill", func() bool {
+		peak = max(peak, runtime.NumGoroutine()-base)
+		return k.Stats().Keys == 0
+	})
+	if peak > 100 {
+		t.Fatalf("%d goroutines beside the test's while %d keys' buckets refilled", peak, keys)
+	}
+}

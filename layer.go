@@ -389,15 +389,20 @@ func (l *layer) poolEnded() {
 // wait blocks until the layer has no unfinished task, then lets the pool's
 // end go if the layer is still idle. Called from inside one of the layer's
 // own steps, it panics with an error wrapping ErrInsideTask that names what
-// (the layer's type) instead of waiting for itself.
+// (the layer's type) instead of waiting for itself; from inside another
+// task of the pool, it lends that task's slot while it waits (see
+// Pool.lendIfInside).
 func (l *layer) wait(what string) {
 	if l.zero() {
 		return
 	}
-	if l.unfinished.Load() > 0 && engine.CallerIs(l.id) {
-		panic(fmt.Errorf("%w: %s.Wait would wait for the task that called it, one of the %s's own", ErrInsideTask, what, what))
+	idle := func() bool { return l.unfinished.Load() <= 0 }
+	if !idle() {
+		if engine.CallerIs(l.id) {
+			panic(fmt.Errorf("%w: %s.Wait would wait for the task that called it, one of the %s's own", ErrInsideTask, what, what))
+		}
+		l.p.lendIfInside(func() { l.idle.Wait(nil, idle) })
 	}
-	l.idle.Wait(nil, func() bool { return l.unfinished.Load() <= 0 })
 	l.linkMu.Lock()
 	if l.isLinked.Load() {
 		// Clear the flag before looking at the count: an accept that

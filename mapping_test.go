@@ -299,17 +299,18 @@ func TestSeqIteratorPanicHandsEachPanicOnce(t *testing.T) {
 }
 
 // With WithCrashOnPanic, a call that ForEachSeq's caller runs itself (the
-// only worker is busy) and that panics crashes the program: the cleanup for
-// a failing iterator must not wait for it.
+// caller is the pool's only worker) and that panics crashes the program:
+// the cleanup for a failing iterator must not wait for it.
 func TestForEachSeqCrashOnPanicInTheCaller(t *testing.T) {
 	leak.Check(t)
 	crashes(t, func() {
 		p := crew.New(1, crew.WithCrashOnPanic())
-		release := gate(t, p)
-		defer release()
-		crew.ForEachSeq(context.Background(), p, slices.Values([]int{1}), func(context.Context, int) error {
-			panic("crash me")
+		p.Go(func() {
+			crew.ForEachSeq(context.Background(), p, slices.Values([]int{1}), func(context.Context, int) error {
+				panic("crash me")
+			})
 		})
+		select {} // the crash ends the program
 	})
 }
 

@@ -268,5 +268,20 @@ func (p *Pool) refuses() error { return p.core().refuses() }
 // queued (see end).
 func (p *Pool) over() bool { return p.c.end.over() }
 
+// lendIfInside runs wait, a wait for other work of p's. Called from inside
+// one of p's tasks while p is saturated, it lends the task's slot
+// meanwhile (see engine.Lend), so that the work waited for can run even
+// when every worker is a task waiting so; otherwise it just waits (a
+// worker is free for that work, and whichever task blocks last finds p
+// saturated). Recognising the caller reads its stack, which it does only
+// when p is saturated: call it only on a path about to block.
+func (p *Pool) lendIfInside(wait func()) {
+	if c := p.core(); c.usable() && c.e.Saturated() && c.e.InWorker() {
+		c.e.Lend(wait)
+		return
+	}
+	wait()
+}
+
 // maxWorkers returns p's worker limit, 1 for a zero pool.
 func (p *Pool) maxWorkers() int { return max(1, p.Stats().MaxWorkers) }

@@ -335,7 +335,8 @@ func TestShutdownCompletesDroppedTasksBeforeWaitingForRunningOnes(t *testing.T) 
 	parent := p.Submit(func(context.Context) error {
 		child := p.Submit(func(context.Context) error { return nil }) // queued behind its parent
 		close(started)
-		childErr <- child.Wait() // ignores its own context
+		<-child.Done() // holds the only worker (a Wait would lend it), ignoring its own context
+		childErr <- child.Wait()
 		return nil
 	})
 	<-started

@@ -19,7 +19,11 @@ import (
 // than Limit of them plus the one at its very edge.
 //
 // The spacing Per/Limit is rounded up to whole nanoseconds, so the rate
-// actually enforced is never above the one asked for.
+// actually enforced is never above the one asked for: at most one token a
+// nanosecond, whatever Limit. A valid Rate has Limit and Per of at least 1
+// and Burst of at least 0, and a full bucket that refills in at most
+// math.MaxInt64/4 nanoseconds (Burst × Per/Limit, about 73 years); the
+// constructors reject any other with an error wrapping ErrInvalid.
 type Rate struct {
 	Limit int           // tokens per Per; at least 1
 	Per   time.Duration // at least 1ns
@@ -36,7 +40,12 @@ func (r Rate) bucket() (tokenBucket, error) {
 	if r.Limit < 1 || r.Per < 1 || burst < 1 {
 		return tokenBucket{}, fmt.Errorf("%w: %+v: Limit and Per must be positive, Burst at least 0", ErrInvalid, r)
 	}
-	e := (int64(r.Per) + int64(r.Limit) - 1) / int64(r.Limit) // round up: never faster
+	// Per/Limit rounded up, never faster than asked; a division that
+	// cannot overflow, whatever Limit.
+	e := int64(r.Per) / int64(r.Limit)
+	if int64(r.Per)%int64(r.Limit) != 0 {
+		e++
+	}
 	if int64(burst) > math.MaxInt64/4/e {
 		return tokenBucket{}, fmt.Errorf("%w: %+v: Burst×Per/Limit is too long", ErrInvalid, r)
 	}

@@ -3,6 +3,7 @@ package crew_test
 import (
 	"context"
 	"errors"
+	"math"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -132,5 +133,42 @@ func TestRateLimitedOnFullNonBlockingPool(t *testing.T) {
 	within(t, schedDeadline, "RateLimited.Wait", rl.Wait)
 	if ran.Load() != 50 {
 		t.Fatalf("%d of 50 ran", ran.Load())
+	}
+}
+
+// Every valid Rate works, the fastest included: Per/Limit rounds up to one
+// token a nanosecond instead of dividing by zero; an invalid one is
+// rejected with ErrInvalid, by NewRateLimited and by WithKeyRate alike.
+func TestRateExtremes(t *testing.T) {
+	leak.Check(t)
+	p := crew.New(2)
+	defer p.Stop()
+	for _, r := range []crew.Rate{
+		{Limit: math.MaxInt, Per: time.Second},
+		{Limit: math.MaxInt, Per: math.MaxInt64},
+		{Limit: 1, Per: 1},
+		{Limit: 3, Per: 10, Burst: math.MaxInt / 64},
+	} {
+		rl := crew.NewRateLimited(p, r)
+		k := crew.NewKeyed[int](p, crew.WithKeyRate(r))
+		if err := rl.Submit(func(context.Context) error { return nil }).Wait(); err != nil {
+			t.Errorf("%+v: RateLimited task = %v", r, err)
+		}
+		if err := k.Submit(1, func(context.Context) error { return nil }).Wait(); err != nil {
+			t.Errorf("%+v: keyed task = %v", r, err)
+		}
+	}
+	for _, r := range []crew.Rate{
+		{Limit: 0, Per: time.Second},
+		{Limit: 1, Per: 0},
+		{Limit: 1, Per: time.Second, Burst: -1},
+		{Limit: 1, Per: math.MaxInt64, Burst: 5},
+	} {
+		if err, ok := recoverErr(func() { crew.NewRateLimited(p, r) }); !ok || !errors.Is(err, crew.ErrInvalid) {
+			t.Errorf("NewRateLimited(%+v): panic %v, want ErrInvalid", r, err)
+		}
+		if err, ok := recoverErr(func() { crew.NewKeyed[int](p, crew.WithKeyRate(r)) }); !ok || !errors.Is(err, crew.ErrInvalid) {
+			t.Errorf("WithKeyRate(%+v): panic %v, want ErrInvalid", r, err)
+		}
 	}
 }

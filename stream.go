@@ -22,8 +22,9 @@ import (
 // its closure and its callback's.
 //
 // Backpressure: at most window tasks are between Go and the end of their
-// callback. Go blocks while the window is full (running queued tasks of the
-// stream itself meanwhile), so a fast producer cannot run ahead of a slow
+// callback. Go blocks while the window is full (from inside one of the
+// pool's tasks, running queued tasks of the stream meanwhile, as Group.Wait
+// does), so a fast producer cannot run ahead of a slow
 // head of line or slow callbacks. The window is the WithLimit limit if
 // given (which also bounds the tasks running at once), else the pool's
 // worker limit when the stream is made.
@@ -114,7 +115,8 @@ func (s *Stream) GoContext(ctx context.Context, task func(ctx context.Context) f
 }
 
 // goAs is the Go forms: it waits for room in the window as mode says (ctx
-// for pushCtx), running queued tasks of the stream meanwhile.
+// for pushCtx), running queued tasks of the stream meanwhile where Go may
+// (see core.mayHelp).
 func (s *Stream) goAs(ctx context.Context, task func(context.Context) func(), mode pushMode) error {
 	if s == nil || s.space == nil {
 		return errZeroGroup
@@ -131,6 +133,7 @@ func (s *Stream) goAs(ctx context.Context, task func(context.Context) func(), mo
 		ctxDone = ctx.Done()
 	}
 	s.mu.Lock()
+	help := 0 // whether Go may run tasks (see core.mayHelp): 1 yes, -1 no, 0 not asked yet
 	for s.inflight >= s.window {
 		if mode == pushTry {
 			s.mu.Unlock()
@@ -138,9 +141,16 @@ func (s *Stream) goAs(ctx context.Context, task func(context.Context) func(), mo
 		}
 		s.waiters++
 		s.mu.Unlock()
-		// Go runs queued tasks of the stream while it waits; GoContext
-		// does not, so that it returns when ctx ends.
-		if mode != pushGo || !s.c.helpOne() {
+		// Go runs queued tasks of the stream while it waits, where that
+		// takes no extra slot of the pool; GoContext does not, so that it
+		// returns when ctx ends.
+		if help == 0 && mode == pushGo {
+			help = -1
+			if s.c.mayHelp() {
+				help = 1
+			}
+		}
+		if help <= 0 || !s.c.helpOne() {
 			select {
 			case <-s.space:
 			case <-s.c.ctx.Done():
@@ -181,8 +191,8 @@ func (s *Stream) goAs(ctx context.Context, task func(context.Context) func(), mo
 
 // Wait blocks until every task has finished and every callback that is to
 // run has returned, and returns the stream's error as Group.Wait does.
-// While it waits it runs queued tasks itself. Later Go calls return
-// ErrGroupDone.
+// From inside one of the pool's tasks it runs queued tasks itself while it
+// waits. Later Go calls return ErrGroupDone.
 func (s *Stream) Wait() error {
 	if s == nil {
 		return errZeroGroup

@@ -27,11 +27,21 @@ type Task struct {
 // kept it from running (ErrStopped, ErrQueueFull, ErrDropped, ErrNilTask, a
 // context's error from a SubmitContext, or an error wrapping ErrInvalid for
 // a nil or zero pool or layer).
+//
+// Called from inside a task of the same pool, Wait lends that task's slot
+// while it waits, so that the task waited for can run even when every
+// worker is a task waiting so; the pool still runs no more tasks at once
+// than its limit, as the waiting one runs none. (A task that waits on Done
+// in a select holds its slot.)
 func (t *Task) Wait() error {
 	if t == nil || t.done == nil {
 		return errZeroTask
 	}
-	<-t.done
+	select {
+	case <-t.done:
+	default:
+		t.p.lendIfInside(func() { <-t.done })
+	}
 	return t.err
 }
 
