@@ -16,7 +16,10 @@ import (
 
 // A Batcher collects items into batches and flushes them. All its methods
 // are safe for concurrent use. Create one with New and call Close when done:
-// until then it may hold unflushed items.
+// until then it may hold unflushed items. The methods of a zero Batcher, or
+// of a nil *Batcher, accept nothing and report an error wrapping
+// crew.ErrInvalid: Add, Flush and Close return it, TryAdd reports false and
+// Stats zeros.
 type Batcher[T any] struct {
 	// Set by New, read-only afterwards.
 	flushFn    func(context.Context, []T) error
@@ -51,15 +54,27 @@ type Batcher[T any] struct {
 	queued   int            // of those, flushers submitted to the pool and not begun (see poolGaveUp)
 	poolGone bool           // WithPool: the pool gave up on its queue (see poolGaveUp)
 	unlink   func() bool    // WithPool: undoes the link to the pool's end
-	handing  int            // DropOldest hand-overs under way (Close waits for them)
+	handlers int            // error handler calls under way (see dropOldestLocked)
+	drop     dropState      // what becomes of dropped (Close waits for noDrop)
+	dropped  [1]T           // the item DropOldest dropped and has not handed over
 	pending  int            // items accepted and not finished
-	space    chan struct{}  // closed when pending drops; made by the first waiter
+	space    chan struct{}  // closed when pending drops or a drop is handed over; made by the first waiter
 	waiters  []*flushWaiter // Flush calls waiting for their batches
 	closed   bool
 	drained  chan struct{} // made by Close, closed when the last flusher and hand-over end
 	closeErr error         // first failure of a batch finished after Close began
 	stats    Stats
 }
+
+// A dropState says where the item DropOldest dropped last is on its way
+// to the error handler. There is at most one: see dropOldestLocked.
+type dropState uint8
+
+const (
+	noDrop      dropState = iota // none: the last one was handed over
+	dropWaits                    // it waits for a handler call under way to end
+	dropHanding                  // it is being handed over
+)
 
 // sealed is a batch handed over for flushing.
 type sealed[T any] struct {
@@ -180,24 +195,39 @@ func logFailure[T any](_ context.Context, items []T, err error) {
 	}
 }
 
+// errZeroBatcher is returned by the methods of a Batcher not made by New.
+var errZeroBatcher = invalid("Batcher: not made by batch.New")
+
 // errMustWait tells Add that there is no room for an item yet.
 var errMustWait = errors.New("batch: must wait for room")
 
 // Add adds item to the open batch, which it may seal and hand to a flush.
 // It returns once the item is accepted, without waiting for the flush.
 // It waits only when the pending bound is reached with the Block policy
-// (or DropOldest with nothing to drop), until a flush finishes or ctx
-// ends, and then returns ctx.Err(). It returns ErrFull at the bound with
-// the Fail policy, and ErrClosed once Close has been called. With WithPool,
-// the Add that seals a batch may first wait for room in the pool's queue,
-// whatever ctx (see WithPool).
+// (or DropOldest with nothing to drop, see DropOldest), until a flush
+// finishes or ctx ends, and then returns ctx.Err(). It returns ErrFull at
+// the bound with the Fail policy, and ErrClosed once Close has been
+// called. It returns an error wrapping crew.ErrInvalid, accepting nothing,
+// for a nil ctx, for an item that the WithMaxBytes size function sizes
+// below 0, and on a Batcher not made by New. With WithPool, the Add that
+// seals a batch may first wait for room in the pool's queue, whatever ctx
+// (see WithPool).
 func (b *Batcher[T]) Add(ctx context.Context, item T) error {
-	size := b.size(item)
+	switch {
+	case !b.usable():
+		return errZeroBatcher
+	case ctx == nil:
+		return invalid("Batcher.Add: nil context")
+	}
+	size, err := b.size(item)
+	if err != nil {
+		return err
+	}
 	b.mu.Lock()
 	for {
-		dropped, didDrop, err := b.roomLocked()
+		handOver, err := b.roomLocked()
 		if err == nil {
-			b.acceptLocked(item, size, dropped, didDrop)
+			b.acceptLocked(item, size, handOver)
 			return nil
 		}
 		if err != errMustWait {
@@ -217,13 +247,20 @@ func (b *Batcher[T]) Add(ctx context.Context, item T) error {
 
 // TryAdd is Add without waiting for room: it reports whether item was
 // accepted. It returns false once Close has been called, and at the pending
-// bound unless the policy is DropOldest and an item could be dropped. (With
-// WithPool, the TryAdd that seals a batch may still wait for room in the
-// pool's queue: see WithPool.)
+// bound unless the policy is DropOldest and an item could be dropped (see
+// DropOldest). It returns false, too, where Add would return an error
+// wrapping crew.ErrInvalid. (With WithPool, the TryAdd that seals a batch
+// may still wait for room in the pool's queue: see WithPool.)
 func (b *Batcher[T]) TryAdd(item T) bool {
-	size := b.size(item)
+	if !b.usable() {
+		return false
+	}
+	size, err := b.size(item)
+	if err != nil {
+		return false
+	}
 	b.mu.Lock()
-	dropped, didDrop, err := b.roomLocked()
+	handOver, err := b.roomLocked()
 	if err != nil {
 		if err == errMustWait {
 			b.stats.Rejected++
@@ -231,19 +268,17 @@ func (b *Batcher[T]) TryAdd(item T) bool {
 		b.mu.Unlock()
 		return false
 	}
-	b.acceptLocked(item, size, dropped, didDrop)
+	b.acceptLocked(item, size, handOver)
 	return true
 }
 
 // acceptLocked appends item, unlocks b.mu, hands over the item that
-// DropOldest made room by dropping, and starts a flush if a batch was sealed.
-func (b *Batcher[T]) acceptLocked(item T, size int, dropped T, didDrop bool) {
+// DropOldest made room by dropping if handOver says so, and starts a flush
+// if a batch was sealed.
+func (b *Batcher[T]) acceptLocked(item T, size int, handOver bool) {
 	start := b.appendLocked(item, size)
-	if didDrop {
-		b.handing++
-	}
 	b.mu.Unlock()
-	if !didDrop {
+	if !handOver {
 		b.dispatch(start)
 		return
 	}
@@ -252,13 +287,7 @@ func (b *Batcher[T]) acceptLocked(item T, size int, dropped T, didDrop bool) {
 	if b.submitFlusher(start) {
 		defer b.drain(false)
 	}
-	defer func() {
-		b.mu.Lock()
-		b.handing--
-		b.drainedLocked()
-		b.mu.Unlock()
-	}()
-	b.handOver([]T{dropped}, ErrDropped)
+	b.handDropOver()
 }
 
 // Flush seals the open batch and waits until it and every batch sealed
@@ -270,9 +299,17 @@ func (b *Batcher[T]) acceptLocked(item T, size int, dropped T, didDrop bool) {
 // reported to the handler, not here), ctx.Err() if ctx ends first (the
 // flushes go on), and ErrClosed once Close has been called. Items that
 // DropOldest discarded went to the error handler when they were dropped;
-// they are not flush errors. With WithPool, sealing may first wait for
-// room in the pool's queue, whatever ctx (see WithPool).
+// they are not flush errors. Flush returns an error wrapping
+// crew.ErrInvalid, doing nothing, for a nil ctx and on a Batcher not made
+// by New. With WithPool, sealing may first wait for room in the pool's
+// queue, whatever ctx (see WithPool).
 func (b *Batcher[T]) Flush(ctx context.Context) error {
+	switch {
+	case !b.usable():
+		return errZeroBatcher
+	case ctx == nil:
+		return invalid("Batcher.Flush: nil context")
+	}
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
@@ -317,7 +354,8 @@ func (b *Batcher[T]) Flush(ctx context.Context) error {
 // waiting for room return ErrClosed. Close returns nil if the last batches
 // were flushed, an error wrapping the first flush error of a batch that
 // finished during the call otherwise, and ErrClosed if Close was already
-// called.
+// called. It returns an error wrapping crew.ErrInvalid, leaving the
+// Batcher as it was, for a nil ctx and on a Batcher not made by New.
 //
 // If ctx ends first, Close gives up: it cancels the context of the running
 // flushes (which then skip their remaining retries and go to the error
@@ -327,6 +365,12 @@ func (b *Batcher[T]) Flush(ctx context.Context) error {
 // of the last batch may first wait for room in the pool's queue, whatever
 // ctx: see WithPool.)
 func (b *Batcher[T]) Close(ctx context.Context) error {
+	switch {
+	case !b.usable():
+		return errZeroBatcher
+	case ctx == nil:
+		return invalid("Batcher.Close: nil context")
+	}
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
@@ -369,8 +413,12 @@ func (b *Batcher[T]) Close(ctx context.Context) error {
 	return b.closeErr
 }
 
-// Stats returns a snapshot of the Batcher's counters.
+// Stats returns a snapshot of the Batcher's counters: zeros on a Batcher
+// not made by New.
 func (b *Batcher[T]) Stats() Stats {
+	if !b.usable() {
+		return Stats{}
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	s := b.stats
@@ -379,18 +427,28 @@ func (b *Batcher[T]) Stats() Stats {
 	return s
 }
 
-// size returns the size of item for the byte bound, 0 without one.
-func (b *Batcher[T]) size(item T) int {
+// usable reports whether New made b.
+func (b *Batcher[T]) usable() bool { return b != nil && b.flushFn != nil }
+
+// size returns the size of item for the byte bound, 0 without one, and an
+// error for a negative size.
+func (b *Batcher[T]) size(item T) (int, error) {
 	if b.sizeFn == nil {
-		return 0
+		return 0, nil
 	}
-	return b.sizeFn(item)
+	n := b.sizeFn(item)
+	if n < 0 {
+		return 0, invalid("WithMaxBytes: the size function returned %d, below 0", n)
+	}
+	return n, nil
 }
 
 // roomLocked makes room for one more item if the pending bound and its
 // policy allow it without waiting, dropping the oldest item for
-// DropOldest. It returns errMustWait if the caller has to wait for room.
-func (b *Batcher[T]) roomLocked() (dropped T, didDrop bool, err error) {
+// DropOldest: then handOver says that the caller must hand the dropped
+// item over (see dropOldestLocked). It returns errMustWait if the caller
+// has to wait for room.
+func (b *Batcher[T]) roomLocked() (handOver bool, err error) {
 	switch {
 	case b.closed:
 		err = ErrClosed
@@ -399,19 +457,22 @@ func (b *Batcher[T]) roomLocked() (dropped T, didDrop bool, err error) {
 		b.stats.Rejected++
 		err = ErrFull
 	case b.onFull == DropOldest:
-		if dropped, didDrop = b.dropOldestLocked(); !didDrop {
+		if !b.dropOldestLocked() {
 			err = errMustWait
 		}
+		handOver = err == nil && b.drop == dropHanding
 	default:
 		err = errMustWait
 	}
-	return dropped, didDrop, err
+	return handOver, err
 }
 
 // appendLocked adds an item of the given size to the open batch, sealing
 // batches as the bounds say. It reports whether to start a flusher.
 func (b *Batcher[T]) appendLocked(item T, size int) (start launch) {
-	if b.maxBytes > 0 && len(b.buf) > 0 && b.bufBytes+size > b.maxBytes {
+	// bufBytes < maxBytes while the open batch is not empty, 0 when it
+	// is: neither this nor the sum below can overflow.
+	if b.maxBytes > 0 && len(b.buf) > 0 && size > b.maxBytes-b.bufBytes {
 		start = b.sealLocked()
 	}
 	if len(b.buf) == 0 {
@@ -495,20 +556,33 @@ func (b *Batcher[T]) onTimer() {
 	b.dispatch(start)
 }
 
-// dropOldestLocked removes the oldest item that no flush has taken yet and
-// reports whether there was one. A sealed batch that the drop empties is
-// finished at once, so that the queue holds no empty batch: emptied ones
-// would pile up, each with its slice, while the flushes are stalled.
-func (b *Batcher[T]) dropOldestLocked() (old T, ok bool) {
+// dropOldestLocked removes the oldest item that no flush has taken yet,
+// if no dropped item is still on its way to the error handler, and
+// reports whether it did. A sealed batch that the drop empties is finished
+// at once, so that the queue holds no empty batch: emptied ones would pile
+// up, each with its slice, while the flushes are stalled.
+//
+// The item goes to dropped, to be handed over once b.mu is released: by
+// the caller when no handler call is under way (drop is then dropHanding,
+// and the call counted in handlers), else by the goroutine whose handler
+// call ends first (dropWaits; see handOver). The caller may be an Add or
+// TryAdd called from the handler: so a dropped item is never handed over
+// from inside a handler call; and since one item is dropped at a time, a
+// handler that adds back what it is given cannot drop item after item
+// without end.
+func (b *Batcher[T]) dropOldestLocked() bool {
+	if b.drop != noDrop {
+		return false
+	}
 	items := &b.buf
 	if b.head < len(b.ready) {
 		items = &b.ready[b.head].items // sealed batches are never empty
 	}
 	s := *items
 	if len(s) == 0 {
-		return old, false
+		return false
 	}
-	old = s[0]
+	b.dropped[0] = s[0]
 	copy(s, s[1:])
 	var zero T
 	s[len(s)-1] = zero
@@ -524,11 +598,17 @@ func (b *Batcher[T]) dropOldestLocked() (old T, ok bool) {
 	if len(b.buf) == 0 {
 		b.bufBytes = 0
 	}
-	return old, true
+	if b.handlers == 0 {
+		b.drop = dropHanding
+		b.handlers++
+	} else {
+		b.drop = dropWaits
+	}
+	return true
 }
 
-// spaceLocked returns a channel closed when pending items finish or the
-// Batcher closes.
+// spaceLocked returns a channel closed when pending items finish, a
+// dropped item has been handed over, or the Batcher closes.
 func (b *Batcher[T]) spaceLocked() chan struct{} {
 	if b.space == nil {
 		b.space = make(chan struct{})
@@ -536,8 +616,50 @@ func (b *Batcher[T]) spaceLocked() chan struct{} {
 	return b.space
 }
 
-// handOver gives items to the error handler, logging a panic in it.
+// handOver gives items to the error handler, then hands over the item
+// DropOldest dropped meanwhile, if it waits for a handler call to end (see
+// dropOldestLocked).
 func (b *Batcher[T]) handOver(items []T, err error) {
+	b.mu.Lock()
+	b.handlers++
+	b.mu.Unlock()
+	defer func() { // also if the handler calls runtime.Goexit
+		b.mu.Lock()
+		b.handlers--
+		next := b.drop == dropWaits
+		if next {
+			b.drop = dropHanding
+			b.handlers++
+		}
+		b.mu.Unlock()
+		if next {
+			b.handDropOver()
+		}
+	}()
+	b.callHandler(items, err)
+}
+
+// handDropOver gives the dropped item to the error handler. The caller set
+// drop to dropHanding and counted the call in handlers. No item is dropped
+// meanwhile, so none waits when it ends.
+func (b *Batcher[T]) handDropOver() {
+	defer func() { // also if the handler calls runtime.Goexit
+		b.mu.Lock()
+		clear(b.dropped[:])
+		b.drop = noDrop
+		b.handlers--
+		if b.space != nil { // an Add waiting may drop now
+			close(b.space)
+			b.space = nil
+		}
+		b.drainedLocked()
+		b.mu.Unlock()
+	}()
+	b.callHandler(b.dropped[:], ErrDropped)
+}
+
+// callHandler calls the error handler, logging a panic in it.
+func (b *Batcher[T]) callHandler(items []T, err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			log.Printf("batch: error handler panicked with %d items: %v", len(items), v)

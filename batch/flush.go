@@ -203,10 +203,10 @@ func (b *Batcher[T]) takeLocked() sealed[T] {
 	return s
 }
 
-// drainedLocked closes drained, once Close has made it, when no flusher and
-// no hand-over is under way.
+// drainedLocked closes drained, once Close has made it, when no flusher is
+// under way and no dropped item is on its way to the error handler.
 func (b *Batcher[T]) drainedLocked() {
-	if b.flushing == 0 && b.handing == 0 && b.drained != nil {
+	if b.flushing == 0 && b.drop == noDrop && b.drained != nil {
 		select {
 		case <-b.drained:
 		default:

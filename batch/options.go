@@ -34,9 +34,22 @@ const (
 	// Fail makes Add return ErrFull at once. TryAdd returns false.
 	Fail
 	// DropOldest discards the oldest item not yet being flushed, hands it
-	// to the error handler with ErrDropped, and accepts the new one. When
-	// every pending item is being flushed, nothing can be dropped: Add waits
-	// as with Block and TryAdd returns false.
+	// to the error handler with ErrDropped, and accepts the new one.
+	//
+	// Nothing is dropped when every pending item is being flushed, nor
+	// while the item dropped last is on its way to the handler (until the
+	// handler has returned for it): then Add waits as with Block (until a
+	// flush finishes or that hand-over ends) and TryAdd returns false. So
+	// a handler that adds back with TryAdd the item it was given is
+	// refused at the bound, rather than dropping the next item, and so on
+	// without end.
+	//
+	// The dropped item goes to the handler from the goroutine of the Add
+	// or TryAdd that dropped it, once it has accepted the new item; but if
+	// a handler call was under way then (for a failed batch, or the one
+	// this Add or TryAdd was called from), from the goroutine of the first
+	// such call to return, after it returns. An Add or TryAdd called from
+	// the handler thus never hands it a dropped item itself.
 	DropOldest
 )
 
@@ -101,7 +114,9 @@ func positive(option string, n int, set func(*settings)) Option {
 // batcher's lock). An item that would take the batch over n seals the batch
 // first and starts the next one; an item larger than n on its own is
 // flushed alone. n must be positive and size not nil; T must be the
-// Batcher's item type. There is no byte bound by default.
+// Batcher's item type. size must not return a negative size: Add returns
+// an error wrapping crew.ErrInvalid for such an item, and TryAdd false.
+// There is no byte bound by default.
 func WithMaxBytes[T any](n int, size func(T) int) Option {
 	return func(s *settings) {
 		switch {
@@ -149,14 +164,18 @@ func WithMaxConcurrentFlushes(n int) Option {
 // no room. Should p's Shutdown drop a flusher queued on it, the Batcher
 // learns of it when the deadline passes (see crew.Pool.Done; it keeps a
 // goroutine that waits for that until Close) and flushes the batches on a
-// goroutine of its own. p must not be nil.
+// goroutine of its own. p must not be nil, and must have been made by
+// crew.New (a zero Pool runs nothing).
 func WithPool(p *crew.Pool) Option {
 	return func(s *settings) {
-		if p == nil {
+		switch {
+		case p == nil:
 			s.errs = append(s.errs, invalid("WithPool: nil pool"))
-			return
+		case p.Stats().MaxWorkers == 0:
+			s.errs = append(s.errs, invalid("WithPool: zero crew.Pool, not made by crew.New"))
+		default:
+			s.pool = p
 		}
-		s.pool = p
 	}
 }
 
@@ -201,13 +220,15 @@ func WithRetry(attempts int, base, maxDelay time.Duration) Option {
 // WithErrorHandler sets the function that receives the items of a batch
 // whose last flush attempt failed, with that attempt's error, and each item
 // dropped by DropOldest, with ErrDropped. It is called from the goroutine
-// that flushed (or dropped; Close's, for the batches a Close that gives up
-// abandons), with a context that is never canceled, and
-// must not keep items after it returns: the slice is reused. A panic in it
-// is logged. It may add the items back for a later try with TryAdd, or
-// with Add and a deadline: at the pending bound, the room Add waits for
+// that flushed (or dropped, see DropOldest; Close's, for the batches a
+// Close that gives up abandons), with a context that is never canceled,
+// and must not keep items after it returns: the slice is reused. A panic
+// in it is logged. It may add the items back for a later try with TryAdd,
+// or with Add and a deadline: at the pending bound, the room Add waits for
 // may come only when this batch finishes, after the handler returns (a
 // Flush or Close from the handler would wait for it likewise, for ever).
+// With DropOldest, such an Add or TryAdd drops at most one item, which
+// goes to the handler after this call returns (see DropOldest).
 // The default handler logs failed flushes with the log package and
 // ignores drops, which Stats counts. T must be the Batcher's item type and
 // h not nil.

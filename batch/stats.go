@@ -1,6 +1,7 @@
 package batch
 
 import (
+	"math"
 	"math/bits"
 	"time"
 )
@@ -84,12 +85,17 @@ func (l Latency) Mean() time.Duration {
 // Quantile returns an upper estimate of the q-quantile (0 <= q <= 1) of
 // the durations: the upper bound of the histogram bucket holding it, at
 // most 25% (or 1 µs) above the true value, and never above Max. It returns
-// 0 if there is no duration.
+// 0 if there is no duration. Like crew.HistogramSnapshot.Quantile, it
+// clamps q into [0, 1]: a q below 0 reads as 0, one above 1 (or NaN) as 1.
 func (l Latency) Quantile(q float64) time.Duration {
 	if l.Count == 0 {
 		return 0
 	}
-	rank := uint64(q*float64(l.Count) + 0.5)
+	if q >= 1 || math.IsNaN(q) {
+		return l.Max
+	}
+	// A negative float converts to garbage, hence max.
+	rank := uint64(max(q, 0)*float64(l.Count) + 0.5)
 	rank = min(max(rank, 1), l.Count)
 	var seen uint64
 	for i, n := range l.hist {
