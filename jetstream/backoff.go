@@ -16,7 +16,7 @@ func ExponentialBackoff(base, max time.Duration) func(delivery int) time.Duratio
 	}
 	return func(delivery int) time.Duration {
 		d := base
-		for i := 1; i < delivery && d < max; i++ {
+		for i := 1; i < delivery && 0 < d && d < max; i++ {
 			if d > max/2 {
 				d = max
 				break

@@ -1,9 +1,6 @@
 package jetstream
 
-import (
-	"encoding/json"
-	"fmt"
-)
+import "encoding/json"
 
 // A Codec turns payloads into message bodies and back. The consumer decodes
 // each message into a new value of its type T with Unmarshal(data, &v); the
@@ -25,7 +22,8 @@ func (JSON) Unmarshal(data []byte, v any) error { return json.Unmarshal(data, v)
 
 // Bytes is a Codec for payloads that are already bytes: []byte or string
 // values are sent as they are, and a message body is copied into a *[]byte
-// or *string. Other types are an error.
+// or *string. Other types, and nil pointers, are an error wrapping
+// crew.ErrInvalid.
 type Bytes struct{}
 
 // Marshal returns v itself if it is a []byte, or its bytes if it is a string.
@@ -36,18 +34,24 @@ func (Bytes) Marshal(v any) ([]byte, error) {
 	case string:
 		return []byte(v), nil
 	}
-	return nil, fmt.Errorf("jetstream: Bytes codec cannot encode %T", v)
+	return nil, invalid("Bytes: cannot encode %T", v)
 }
 
-// Unmarshal copies data into v, which must be a *[]byte or a *string.
+// Unmarshal copies data into v, which must be a non-nil *[]byte or *string.
 func (Bytes) Unmarshal(data []byte, v any) error {
 	switch v := v.(type) {
 	case *[]byte:
+		if v == nil {
+			return invalid("Bytes: cannot decode into a nil *[]byte")
+		}
 		*v = append([]byte(nil), data...)
 		return nil
 	case *string:
+		if v == nil {
+			return invalid("Bytes: cannot decode into a nil *string")
+		}
 		*v = string(data)
 		return nil
 	}
-	return fmt.Errorf("jetstream: Bytes codec cannot decode into %T", v)
+	return invalid("Bytes: cannot decode into %T", v)
 }

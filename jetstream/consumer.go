@@ -23,9 +23,9 @@ type Handler[T any] func(ctx context.Context, m Msg[T]) error
 // A Consumer feeds the messages of a JetStream pull consumer to a crew pool.
 //
 // It fetches only as many messages as it has room for (WithMaxInFlight, by
-// default the pool's worker limit), so that the server's redelivery
-// accounting, MaxAckPending and other consumers see the messages this one
-// cannot start yet. Each message is decoded with the Codec and passed to the
+// default the pool's worker limit up to DefaultMaxInFlight), so that the
+// server's redelivery accounting, MaxAckPending and other consumers see the
+// messages this one cannot start yet. Each message is decoded with the Codec and passed to the
 // handler on the pool; its outcome settles it:
 //
 //   - nil: Ack (DoubleAck WithDoubleAck);
@@ -54,7 +54,9 @@ type Consumer[T any] struct {
 
 // NewConsumer returns a Consumer that runs handler on pool for the messages
 // of cons. Nothing happens until Run. NewConsumer panics, with an error
-// wrapping crew.ErrInvalid, if an argument is nil or an option is invalid.
+// wrapping crew.ErrInvalid, if an argument or an option is nil, an option
+// is invalid, or pool was not made by crew.New: a zero crew.Pool, which
+// takes no task, is recognized by its Stats, which report no worker limit.
 func NewConsumer[T any](cons natsjs.Consumer, pool *crew.Pool, handler Handler[T], opts ...ConsumerOption) *Consumer[T] {
 	var argErr error
 	switch {
@@ -62,11 +64,13 @@ func NewConsumer[T any](cons natsjs.Consumer, pool *crew.Pool, handler Handler[T
 		argErr = invalid("NewConsumer: nil consumer")
 	case pool == nil:
 		argErr = invalid("NewConsumer: nil pool")
+	case pool.Stats().MaxWorkers == 0:
+		argErr = invalid("NewConsumer: zero pool: make it with crew.New")
 	case handler == nil:
 		argErr = invalid("NewConsumer: nil handler")
 	}
 	s := defaultConsumerSettings()
-	applyOptions(&s, argErr, opts, ConsumerOption.applyConsumer)
+	applyOptions("NewConsumer", &s, argErr, opts, ConsumerOption.applyConsumer)
 	return &Consumer[T]{cons: cons, pool: pool, handler: handler, s: s}
 }
 
@@ -79,14 +83,24 @@ func NewConsumer[T any](cons natsjs.Consumer, pool *crew.Pool, handler Handler[T
 // ErrDrainTimeout if messages were handed back unfinished, and, after the
 // same drain, the error that stopped it otherwise: the consumer was
 // deleted, the connection was closed (noticed at the next pull,
-// acknowledgement or heartbeat), or the pool was stopped or its context
-// ended (an error wrapping crew.ErrStopped). Pulls that fail for other
-// reasons, such as a server restart, are reported to the error handler and
-// retried with backoff; a connection that is reconnecting is waited for.
+// acknowledgement or heartbeat), the pool was stopped or its context
+// ended (an error wrapping crew.ErrStopped), or the pool refused a message
+// for another reason (its error; the message is handed back). Pulls that
+// fail for other reasons, such as a server restart, are reported to the
+// error handler and retried with backoff; a connection that is
+// reconnecting is waited for.
 //
 // A Consumer runs at most once at a time; Run returns ErrRunning
-// otherwise. It may be run again after Run returns.
+// otherwise. It may be run again after Run returns. Run returns an error
+// wrapping crew.ErrInvalid for a nil ctx, and for a nil Consumer or one
+// not made by NewConsumer.
 func (c *Consumer[T]) Run(ctx context.Context) error {
+	if c == nil || c.cons == nil || c.pool == nil || c.handler == nil {
+		return invalid("Consumer.Run: consumer not made by NewConsumer")
+	}
+	if ctx == nil {
+		return invalid("Consumer.Run: nil context")
+	}
 	if !c.running.CompareAndSwap(false, true) {
 		return ErrRunning
 	}
@@ -116,8 +130,12 @@ type Stats struct {
 	InFlight     int    // messages held now: fetched and not settled
 }
 
-// Stats returns a snapshot of the Consumer's counters.
+// Stats returns a snapshot of the Consumer's counters: zeros for a nil
+// Consumer.
 func (c *Consumer[T]) Stats() Stats {
+	if c == nil {
+		return Stats{}
+	}
 	return Stats{
 		Fetched:      c.n.fetched.Load(),
 		Acked:        c.n.acked.Load(),
@@ -165,7 +183,7 @@ type run[T any] struct {
 	s          *consumerSettings
 	maxDeliver int
 	beatEvery  time.Duration
-	credits    chan struct{} // one token per message the consumer may hold
+	credits    credits       // messages the consumer may still take
 	pulls      chan struct{} // one token per pull request open
 	failures   atomic.Int32  // pulls failed in a row
 
@@ -187,15 +205,19 @@ type run[T any] struct {
 
 func newRun[T any](c *Consumer[T], info *natsjs.ConsumerInfo) *run[T] {
 	s := c.s
+	s.maxFetch = min(s.maxFetch, maxPull)
 	if mrb := info.Config.MaxRequestBatch; mrb > 0 {
 		s.maxFetch = min(s.maxFetch, mrb) // the server refuses bigger pulls
+	}
+	if mw := info.Config.MaxWaiting; mw > 0 {
+		s.pulls = min(s.pulls, mw) // the server refuses more
 	}
 	r := &run[T]{
 		c:          c,
 		s:          &s,
 		maxDeliver: info.Config.MaxDeliver,
 		beatEvery:  c.s.heartbeat,
-		pulls:      make(chan struct{}, c.s.pulls),
+		pulls:      make(chan struct{}, s.pulls),
 		held:       make(map[*delivery]struct{}),
 		quiet:      make(chan struct{}),
 	}
@@ -204,12 +226,9 @@ func newRun[T any](c *Consumer[T], info *natsjs.ConsumerInfo) *run[T] {
 	}
 	limit := c.s.maxInFlight
 	if limit == 0 {
-		limit = max(1, c.pool.Stats().MaxWorkers)
+		limit = min(max(1, c.pool.Stats().MaxWorkers), DefaultMaxInFlight)
 	}
-	r.credits = make(chan struct{}, limit)
-	for range limit {
-		r.credits <- struct{}{}
-	}
+	r.credits.free = limit
 	return r
 }
 
@@ -298,31 +317,62 @@ func (r *run[T]) checkLocked() {
 	}
 }
 
-// acquire takes at least one credit, waiting for it, and then as many more
-// as are free, up to the fetch bound. It returns 0 if fetching must stop.
+// acquire takes at least one credit, waiting for it, and as many more as
+// are free, up to the fetch bound. It returns 0 if fetching must stop.
 func (r *run[T]) acquire() int {
-	select {
-	case <-r.credits:
-	case <-r.loopCtx.Done():
+	if r.loopCtx.Err() != nil {
 		return 0
 	}
-	n := 1
-	for n < r.s.maxFetch {
-		select {
-		case <-r.credits:
-			n++
-		default:
-			return n
-		}
-	}
-	return n
+	return r.credits.take(r.loopCtx, r.s.maxFetch)
 }
 
 // release returns n credits.
-func (r *run[T]) release(n int) {
-	for range n {
-		r.credits <- struct{}{}
+func (r *run[T]) release(n int) { r.credits.put(n) }
+
+// credits counts the messages a run may still take. It is a count, not a
+// token per message, so that its cost does not depend on the bound.
+type credits struct {
+	mu   sync.Mutex
+	free int
+	wake chan struct{} // closed when credits are put back; nil while none waits
+}
+
+// take waits until a credit is free or ctx ends, and then takes as many as
+// are free, up to most. It returns 0 if ctx ended first.
+func (c *credits) take(ctx context.Context, most int) int {
+	for {
+		c.mu.Lock()
+		if c.free > 0 {
+			n := min(c.free, most)
+			c.free -= n
+			c.mu.Unlock()
+			return n
+		}
+		if c.wake == nil {
+			c.wake = make(chan struct{})
+		}
+		wake := c.wake
+		c.mu.Unlock()
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			return 0
+		}
 	}
+}
+
+// put returns n credits and wakes the one waiting, if any.
+func (c *credits) put(n int) {
+	if n <= 0 {
+		return
+	}
+	c.mu.Lock()
+	c.free += n
+	if c.wake != nil {
+		close(c.wake)
+		c.wake = nil
+	}
+	c.mu.Unlock()
 }
 
 // report passes err to the error handler.

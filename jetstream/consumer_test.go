@@ -2,6 +2,8 @@ package jetstream
 
 import (
 	"context"
+	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -99,5 +101,88 @@ func TestConsumerHoldsAtMostItsLimit(t *testing.T) {
 	}
 	if m := running.peak(); m > limit {
 		t.Fatalf("%d handlers ran at once, limit %d", m, limit)
+	}
+}
+
+// A pool limit of math.MaxInt, as the default in-flight bound, and
+// WithMaxInFlight(math.MaxInt) cost nothing: messages are processed at
+// once and Run stops promptly.
+func TestHugeInFlightBoundRunsAndStops(t *testing.T) {
+	checkLeaks(t)
+	ts := startServer(t)
+	_, js := ts.connect(t)
+	createStream(t, js, "JOBS", "jobs.>")
+	for _, tc := range []struct {
+		name    string
+		workers int
+		opts    []ConsumerOption
+	}{
+		{"pool limit", math.MaxInt, fast},
+		{"WithMaxInFlight", 2, opts(WithMaxInFlight(math.MaxInt))},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cons := createDurable(t, js, "JOBS", strings.ReplaceAll(tc.name, " ", "-"), natsjs.ConsumerConfig{})
+			publish(t, js, "jobs.new", items(0, 3)...)
+			pool := crew.New(tc.workers)
+			defer pool.Stop()
+			seen := newIDSet()
+			c := NewConsumer(cons, pool, func(ctx context.Context, m Msg[item]) error {
+				seen.add(m.Value.ID)
+				return nil
+			}, tc.opts...)
+			stop := runConsumer(t, c)
+			waitFor(t, 5*time.Second, "3 messages", func() bool { return seen.distinct() == 3 })
+			errc := make(chan error, 1)
+			go func() { errc <- stop() }()
+			select {
+			case err := <-errc:
+				if err != nil {
+					t.Fatalf("Run: %v", err)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatalf("Run did not return within 5s of its context ending: %v", <-errc)
+			}
+		})
+	}
+}
+
+// By default a consumer holds at most DefaultMaxInFlight messages, however
+// large its pool's worker limit.
+func TestDefaultInFlightIsCapped(t *testing.T) {
+	checkLeaks(t)
+	ts := startServer(t)
+	_, js := ts.connect(t)
+	createStream(t, js, "JOBS", "jobs.>")
+	const extra = 10
+	cons := createDurable(t, js, "JOBS", "workers", natsjs.ConsumerConfig{MaxAckPending: 2 * DefaultMaxInFlight})
+	publish(t, js, "jobs.new", items(0, DefaultMaxInFlight+extra)...)
+
+	pool := crew.New(4 * DefaultMaxInFlight)
+	defer pool.Stop()
+	release := make(chan struct{})
+	c := NewConsumer(cons, pool, func(ctx context.Context, m Msg[item]) error {
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}, fast...)
+	stop := runConsumer(t, c)
+	waitFor(t, 10*time.Second, "the consumer holding DefaultMaxInFlight messages", func() bool {
+		return c.Stats().InFlight == DefaultMaxInFlight
+	})
+	// Every slot is taken, so no pull may be open: the server shows the
+	// messages held as pending ack and the others as not delivered.
+	if info := consumerInfo(t, cons); info.NumAckPending != DefaultMaxInFlight || info.NumPending != extra {
+		t.Errorf("server shows %d messages pending ack and %d not delivered, want %d and %d",
+			info.NumAckPending, info.NumPending, DefaultMaxInFlight, extra)
+	}
+	close(release)
+	waitFor(t, 10*time.Second, "every message acked", func() bool {
+		return c.Stats().Acked == DefaultMaxInFlight+extra
+	})
+	if err := stop(); err != nil {
+		t.Fatalf("Run: %v", err)
 	}
 }

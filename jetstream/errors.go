@@ -59,7 +59,12 @@ type MessageError struct {
 	Err          error
 }
 
+// Error describes the message and why it was given up on. A nil
+// *MessageError's is "<nil>".
 func (e *MessageError) Error() string {
+	if e == nil {
+		return "<nil>"
+	}
 	verb := "terminated"
 	if e.DeadLettered {
 		verb = "dead-lettered"
@@ -67,4 +72,10 @@ func (e *MessageError) Error() string {
 	return fmt.Sprintf("jetstream: message %s/%d (%s) %s after delivery %d: %v", e.Stream, e.Sequence, e.Subject, verb, e.Delivery, e.Err)
 }
 
-func (e *MessageError) Unwrap() error { return e.Err }
+// Unwrap returns Err: nil for a nil *MessageError.
+func (e *MessageError) Unwrap() error {
+	if e == nil {
+		return nil
+	}
+	return e.Err
+}

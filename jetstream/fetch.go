@@ -132,8 +132,11 @@ func (r *run[T]) accept(m natsjs.Msg) {
 	r.c.n.held.Add(1)
 	r.mu.Unlock()
 	if err := r.c.pool.GoContext(r.hardCtx, func() { r.process(d) }); err != nil {
+		// Hand it back: the pool stopped, a hard stop ended the wait for
+		// room, or the pool cannot take tasks. Only a hard stop leaves the
+		// run to go on draining.
 		r.settle(d, m.Nak, &r.c.n.nacked)
-		if errors.Is(err, crew.ErrStopped) {
+		if r.hardCtx.Err() == nil || errors.Is(err, crew.ErrStopped) {
 			r.fail(fmt.Errorf("jetstream: submit: %w", err))
 		}
 	}

@@ -2,7 +2,9 @@ package jetstream
 
 import (
 	"errors"
+	"fmt"
 	"log"
+	"strings"
 	"time"
 
 	natsjs "github.com/nats-io/nats.go/jetstream"
@@ -30,6 +32,7 @@ type Option interface {
 
 // Defaults used by NewConsumer for what no option sets.
 const (
+	DefaultMaxInFlight  = 1024             // bound on the messages held, when the pool's worker limit is larger (WithMaxInFlight)
 	DefaultFetchWait    = time.Second      // how long a pull waits on the server (WithFetchWait)
 	DefaultMaxFetch     = 256              // messages asked for in one pull at most (WithMaxFetch)
 	DefaultPulls        = 2                // pulls open at once (WithPulls)
@@ -38,6 +41,13 @@ const (
 	DefaultMaxBackoff   = time.Minute      // bound on the redelivery delay (WithBackoff)
 )
 
+// maxPull bounds the messages asked for in one pull, whatever WithMaxFetch
+// says: the NATS client makes room for a pull's messages when it sends it.
+const maxPull = 4096
+
+// minHeartbeat is the shortest interval between heartbeats.
+const minHeartbeat = time.Millisecond
+
 // DefaultPublishTimeout is how long a Publisher flush waits for the
 // publish acknowledgements of a batch, unless WithPublishTimeout says
 // otherwise.
@@ -45,7 +55,7 @@ const DefaultPublishTimeout = 5 * time.Second
 
 type consumerSettings struct {
 	codec        Codec
-	maxInFlight  int // 0: the pool's worker limit
+	maxInFlight  int // 0: the pool's worker limit, at most DefaultMaxInFlight
 	maxFetch     int
 	pulls        int
 	fetchWait    time.Duration
@@ -104,15 +114,18 @@ func checked[S any](ok bool, set func(*S), format string, args ...any) func(*S) 
 	}
 }
 
-// applyOptions applies the non-nil opts to s with apply, then panics, if
-// argErr (the error of the constructor's own arguments) or any option's
-// error is not nil, with all of them joined.
-func applyOptions[O, S any](s *S, argErr error, opts []O, apply func(O, *S) error) {
+// applyOptions applies opts to s with apply, then panics, if argErr (the
+// error of the constructor's own arguments) or any option's error is not
+// nil, or an option is nil, with all of them joined. constructor names the
+// function whose options they are.
+func applyOptions[O, S any](constructor string, s *S, argErr error, opts []O, apply func(O, *S) error) {
 	errs := []error{argErr}
-	for _, o := range opts {
-		if any(o) != nil { // o is an interface: nil only if it holds nothing
-			errs = append(errs, apply(o, s))
+	for i, o := range opts {
+		if any(o) == nil { // o is an interface: nil only if it holds nothing
+			errs = append(errs, invalid("%s: option %d is nil", constructor, i))
+			continue
 		}
+		errs = append(errs, apply(o, s))
 	}
 	if err := errors.Join(errs...); err != nil {
 		panic(err)
@@ -140,21 +153,28 @@ func WithCodec(c Codec) Option { return codecOption{c} }
 // WithMaxInFlight bounds the messages the consumer holds at once, fetched
 // and not yet settled, to n. The default is the pool's worker limit when
 // Run starts, so that a message never waits in the pool's queue unless the
-// pool is shared with other work. n must be positive.
+// pool is shared with other work, but at most DefaultMaxInFlight: a
+// consumer never needs more messages in flight than it can fetch and
+// acknowledge while they run, and the server delivers no more than the
+// consumer's MaxAckPending (1000 by default) unacknowledged anyway. n must
+// be positive; the bound costs the same whatever its size.
 func WithMaxInFlight(n int) ConsumerOption {
 	return positive("WithMaxInFlight", n, func(s *consumerSettings) { s.maxInFlight = n })
 }
 
 // WithMaxFetch bounds the messages asked for in one pull request to n
 // (DefaultMaxFetch). A pull asks for as many messages as there is room
-// for, up to n. n must be positive.
+// for, up to n, and never for more than 4096 (the NATS client makes room
+// for a pull's messages when it sends it) nor more than the consumer's
+// MaxRequestBatch. n must be positive.
 func WithMaxFetch(n int) ConsumerOption {
 	return positive("WithMaxFetch", n, func(s *consumerSettings) { s.maxFetch = n })
 }
 
 // WithPulls sets how many pull requests may wait on the server at once
 // (DefaultPulls): while one is being filled, the next can already ask for
-// the room that finished tasks made. n must be positive.
+// the room that finished tasks made. The consumer's MaxWaiting, the pulls
+// the server lets wait, bounds n. n must be positive.
 func WithPulls(n int) ConsumerOption {
 	return positive("WithPulls", n, func(s *consumerSettings) { s.pulls = n })
 }
@@ -204,10 +224,15 @@ func WithBackoff(f func(delivery int) time.Duration) ConsumerOption {
 // half an interval since its arrival or its last notice, so a message waits
 // at most about an interval between notices, from the pool's queue to the
 // end of its handler. The default is a third of the consumer's AckWait (or
-// of its shortest BackOff step); 0 turns heartbeats off.
-// d must not be negative.
+// of its shortest BackOff step); 0 turns heartbeats off, and a d below a
+// millisecond is taken as a millisecond. d must not be negative.
 func WithHeartbeat(d time.Duration) ConsumerOption {
-	return nonNegative("WithHeartbeat", d, func(s *consumerSettings) { s.heartbeat = d })
+	return nonNegative("WithHeartbeat", d, func(s *consumerSettings) {
+		s.heartbeat = d
+		if d > 0 {
+			s.heartbeat = max(d, minHeartbeat)
+		}
+	})
 }
 
 // WithDeadLetter publishes, through js, every message that the consumer
@@ -221,11 +246,40 @@ func WithHeartbeat(d time.Duration) ConsumerOption {
 // redelivery instead of terminated, except on the last delivery MaxDeliver
 // allows, which the server would not redeliver: the message is then
 // terminated and the failure reported. Without this option such messages
-// are only terminated.
+// are only terminated. js must not be nil, and subject must be a subject
+// one can publish to (see NewPublisher).
 func WithDeadLetter(js natsjs.JetStream, subject string) ConsumerOption {
-	return consumerOption(checked(js != nil && subject != "",
-		func(s *consumerSettings) { s.deadJS, s.deadSubject = js, subject },
-		"WithDeadLetter: need a JetStream and a subject"))
+	return consumerOption(func(s *consumerSettings) error {
+		if js == nil {
+			return invalid("WithDeadLetter: nil JetStream")
+		}
+		if err := checkSubject(subject); err != nil {
+			return invalid("WithDeadLetter: %v", err)
+		}
+		s.deadJS, s.deadSubject = js, subject
+		return nil
+	})
+}
+
+// checkSubject returns why subject cannot be published to, or nil: it must
+// be non-empty, without spaces, tabs or line breaks, and made of non-empty
+// tokens separated by dots, none of them a wildcard (* or >).
+func checkSubject(subject string) error {
+	if subject == "" {
+		return errors.New("empty subject")
+	}
+	if strings.ContainsAny(subject, " \t\r\n") {
+		return fmt.Errorf("subject %q contains white space", subject)
+	}
+	for tok := range strings.SplitSeq(subject, ".") {
+		switch tok {
+		case "":
+			return fmt.Errorf("subject %q has an empty token", subject)
+		case "*", ">":
+			return fmt.Errorf("subject %q has a wildcard, which cannot be published to", subject)
+		}
+	}
+	return nil
 }
 
 // WithErrorHandler sets the function that receives what goes wrong outside

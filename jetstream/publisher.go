@@ -30,6 +30,11 @@ import (
 // A failed flush is retried as batch.WithRetry says (by default 5 attempts,
 // 100ms to 2s apart; see WithBatch), and the items of a batch whose last
 // attempt failed go to the batch's error handler.
+//
+// Once Close has been called, Add, Flush and Close return batch.ErrClosed.
+// Given a nil context, and on a nil Publisher or one not made by
+// NewPublisher, they return an error wrapping crew.ErrInvalid and do
+// nothing; Stats then returns zeros.
 type Publisher[T any] struct {
 	js      natsjs.JetStream
 	subject string
@@ -55,22 +60,23 @@ type PublisherStats struct {
 
 // NewPublisher returns a Publisher of items to subject, which must belong
 // to a stream. id returns the message id of an item: the same item must get
-// the same id, and different items different ids. If id is nil, the id is a
-// hash of the subject and the encoded item, so two equal items published
-// within the duplicate window are stored once.
+// the same id, and different items different ids; an empty id fails the
+// item's flush with an error wrapping crew.ErrInvalid. If id is nil, the id
+// is a hash of the subject and the encoded item, so two equal items
+// published within the duplicate window are stored once.
 //
 // NewPublisher panics, with an error wrapping crew.ErrInvalid, if js is nil,
-// subject is empty, or an option is invalid.
+// subject cannot be published to (it is empty, contains white space, an
+// empty token or a wildcard), or an option is nil or invalid.
 func NewPublisher[T any](js natsjs.JetStream, subject string, id func(T) string, opts ...PublisherOption) *Publisher[T] {
 	var argErr error
-	switch {
-	case js == nil:
+	if js == nil {
 		argErr = invalid("NewPublisher: nil JetStream")
-	case subject == "":
-		argErr = invalid("NewPublisher: empty subject")
+	} else if err := checkSubject(subject); err != nil {
+		argErr = invalid("NewPublisher: %v", err)
 	}
 	s := defaultPublisherSettings()
-	applyOptions(&s, argErr, opts, PublisherOption.applyPublisher)
+	applyOptions("NewPublisher", &s, argErr, opts, PublisherOption.applyPublisher)
 	p := &Publisher[T]{js: js, subject: subject, id: id, codec: s.codec, timeout: s.timeout}
 	bopts := append([]batch.Option{batch.WithRetry(5, 100*time.Millisecond, 2*time.Second)}, s.batch...)
 	p.b = batch.New(p.flush, bopts...)
@@ -79,19 +85,51 @@ func NewPublisher[T any](js natsjs.JetStream, subject string, id func(T) string,
 
 // Add queues item for publishing. It returns once the item is accepted,
 // before it is published; see batch.Batcher.Add for when it waits and
-// the errors it returns.
-func (p *Publisher[T]) Add(ctx context.Context, item T) error { return p.b.Add(ctx, item) }
+// the errors it returns (batch.ErrClosed once Close has been called).
+func (p *Publisher[T]) Add(ctx context.Context, item T) error {
+	if err := p.check(ctx, "Add"); err != nil {
+		return err
+	}
+	return p.b.Add(ctx, item)
+}
 
 // Flush publishes the items added so far and waits for them; see
 // batch.Batcher.Flush.
-func (p *Publisher[T]) Flush(ctx context.Context) error { return p.b.Flush(ctx) }
+func (p *Publisher[T]) Flush(ctx context.Context) error {
+	if err := p.check(ctx, "Flush"); err != nil {
+		return err
+	}
+	return p.b.Flush(ctx)
+}
 
 // Close publishes what is left, waits for it and stops the Publisher; see
 // batch.Batcher.Close. It does not close the NATS connection.
-func (p *Publisher[T]) Close(ctx context.Context) error { return p.b.Close(ctx) }
+func (p *Publisher[T]) Close(ctx context.Context) error {
+	if err := p.check(ctx, "Close"); err != nil {
+		return err
+	}
+	return p.b.Close(ctx)
+}
 
-// Stats returns a snapshot of the Publisher's counters.
+// check returns the error of a call of method with ctx: an error wrapping
+// crew.ErrInvalid for a nil ctx, and for a nil Publisher or one not made by
+// NewPublisher; then Add, Flush and Close do nothing else.
+func (p *Publisher[T]) check(ctx context.Context, method string) error {
+	if p == nil || p.b == nil {
+		return invalid("Publisher.%s: publisher not made by NewPublisher", method)
+	}
+	if ctx == nil {
+		return invalid("Publisher.%s: nil context", method)
+	}
+	return nil
+}
+
+// Stats returns a snapshot of the Publisher's counters: zeros for a nil
+// Publisher or one not made by NewPublisher.
 func (p *Publisher[T]) Stats() PublisherStats {
+	if p == nil || p.b == nil {
+		return PublisherStats{}
+	}
 	return PublisherStats{Stored: p.stored.Load(), Duplicates: p.duplicates.Load(), Batch: p.b.Stats()}
 }
 
@@ -110,6 +148,10 @@ func (p *Publisher[T]) flush(ctx context.Context, items []T) error {
 			continue
 		}
 		id := p.msgID(item, data)
+		if id == "" {
+			errs = append(errs, invalid("Publisher: empty message id for an item"))
+			continue
+		}
 		f, err := p.js.PublishMsgAsync(&nats.Msg{Subject: p.subject, Data: data}, natsjs.WithMsgID(id))
 		if err != nil {
 			errs = append(errs, fmt.Errorf("publish %s: %w", id, err))

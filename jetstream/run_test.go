@@ -145,3 +145,64 @@ func TestBytesCodec(t *testing.T) {
 		t.Fatal("Marshal(int) succeeded")
 	}
 }
+
+// A zero crew.Pool takes no task, so a consumer on it could only hand back
+// every message it fetched: NewConsumer refuses it like a nil pool.
+func TestZeroPoolIsRefused(t *testing.T) {
+	checkLeaks(t)
+	defer func() {
+		if err, _ := recover().(error); !errors.Is(err, crew.ErrInvalid) {
+			t.Errorf("NewConsumer with a zero pool: panic %v, want an error wrapping crew.ErrInvalid", err)
+		}
+	}()
+	NewConsumer(fakeConsumer{}, &crew.Pool{}, func(context.Context, Msg[item]) error { return nil })
+}
+
+// When the pool refuses a message for a reason other than stopping, Run
+// stops with that error and hands the message back, so that another
+// consumer processes it: it is neither dropped nor handed back over and
+// over until MaxDeliver gives it up.
+func TestSubmitFailureStopsRunAndHandsBack(t *testing.T) {
+	checkLeaks(t)
+	ts := startServer(t)
+	_, js := ts.connect(t)
+	createStream(t, js, "JOBS", "jobs.>")
+	cons := createDurable(t, js, "JOBS", "workers", natsjs.ConsumerConfig{MaxDeliver: 4})
+	publish(t, js, "jobs.new", items(0, 3)...)
+
+	pool := crew.New(2)
+	defer pool.Stop()
+	var calls atomicMax
+	broken := NewConsumer(cons, pool, func(context.Context, Msg[item]) error {
+		calls.add(1)
+		return nil
+	}, fast...)
+	broken.pool = &crew.Pool{} // refuses every task with an error wrapping crew.ErrInvalid
+	ctx, cancel := context.WithCancel(testCtx(t))
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- broken.Run(ctx) }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, crew.ErrInvalid) {
+			t.Errorf("Run: %v, want the submit error, wrapping crew.ErrInvalid", err)
+		}
+	case <-time.After(10 * time.Second):
+		cancel()
+		t.Fatalf("Run did not stop when the pool refused its tasks; after cancelling it returned %v", <-done)
+	}
+	if st := broken.Stats(); calls.load() != 0 || st.Acked != 0 || st.Terminated != 0 || st.InFlight != 0 || st.Nacked != st.Fetched {
+		t.Errorf("stats %+v, want every message fetched handed back", st)
+	}
+
+	seen := newIDSet()
+	c := NewConsumer(cons, pool, func(ctx context.Context, m Msg[item]) error {
+		seen.add(m.Value.ID)
+		return nil
+	}, fast...)
+	stop := runConsumer(t, c)
+	waitFor(t, 10*time.Second, "the 3 messages processed", func() bool { return seen.distinct() == 3 })
+	if err := stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+}

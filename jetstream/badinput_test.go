@@ -1,0 +1,442 @@
+package jetstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	natsjs "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/gocrew/crew"
+	"github.com/gocrew/crew/batch"
+)
+
+// errAny, as the error a bad-input case wants, accepts any non-nil error:
+// the case's error comes from a package that does not use crew.ErrInvalid.
+var errAny = errors.New("any error")
+
+// errFailedNow stands for a case that stopped with t.FailNow.
+var errFailedNow = errors.New("FailNow")
+
+// errNoPanic is what panicValue returns when its function did not panic.
+var errNoPanic = errors.New("no panic")
+
+// panicValue calls f and returns the error it panicked with: a
+// documented panic at construction.
+func panicValue(f func()) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			if err, _ = v.(error); err == nil {
+				err = fmt.Errorf("panic with a non-error: %v", v)
+			}
+		}
+	}()
+	f()
+	return errNoPanic
+}
+
+// TestBadInputs calls every exported function and method of the package
+// with zero values, nil pointers, contexts and funcs, negative and maximal
+// sizes and durations, and after the end of a Consumer's Run or a
+// Publisher's Close. Each call must return (or, at construction, panic
+// with) an error wrapping crew.ErrInvalid or the package's documented
+// error, or work; a nil dereference, any other panic, or a call that does
+// not return in time fails the case.
+func TestBadInputs(t *testing.T) {
+	checkLeaks(t)
+	ts := startServer(t)
+	_, js := ts.connect(t)
+	createStream(t, js, "JOBS", "jobs.>")
+	ctx := testCtx(t)
+	pool := crew.New(2)
+	defer pool.Stop()
+	nop := func(context.Context, Msg[item]) error { return nil }
+	// Each case's consumer is a durable of its own that gets only the
+	// messages published after it was created, each with an id not used
+	// before.
+	var durables, sent atomic.Int32
+	durableWith := func(t *testing.T, cfg natsjs.ConsumerConfig) natsjs.Consumer {
+		cfg.DeliverPolicy = natsjs.DeliverNewPolicy
+		return createDurable(t, js, "JOBS", "c"+strconv.Itoa(int(durables.Add(1))), cfg)
+	}
+	durable := func(t *testing.T) natsjs.Consumer { return durableWith(t, natsjs.ConsumerConfig{}) }
+	newConsumer := func(t *testing.T, h Handler[item], o ...ConsumerOption) *Consumer[item] {
+		return NewConsumer(durable(t), pool, h, opts(o...)...)
+	}
+	// runs runs c on 3 fresh messages until they are acked, then stops
+	// it, failing if that takes longer than a few seconds.
+	runs := func(t *testing.T, c *Consumer[item]) error {
+		acked := c.Stats().Acked
+		from := int(sent.Add(3)) - 3
+		publish(t, js, "jobs.new", items(from, from+3)...)
+		runCtx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		done := make(chan error, 1)
+		go func() { done <- c.Run(runCtx) }()
+		waitFor(t, 5*time.Second, "3 messages acked", func() bool { return c.Stats().Acked == acked+3 })
+		cancel()
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(5 * time.Second):
+			return errors.New("Run did not return within 5s of its context ending")
+		}
+	}
+	// runsWith runs a new consumer built with o as runs does.
+	runsWith := func(t *testing.T, o ...ConsumerOption) error { return runs(t, newConsumer(t, nop, o...)) }
+	newPublisher := func(o ...PublisherOption) *Publisher[item] {
+		return NewPublisher(js, "jobs.new", itemID, o...)
+	}
+	closedPublisher := func(t *testing.T) *Publisher[item] {
+		p := newPublisher()
+		if err := p.Close(ctx); err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+		return p
+	}
+	// published adds an item to a Publisher built with o and closes it.
+	published := func(id func(item) string, o ...PublisherOption) error {
+		var handled error
+		p := NewPublisher(js, "jobs.new", id, append(o, WithBatch(
+			batch.WithRetry(1, time.Millisecond, time.Millisecond),
+			batch.WithErrorHandler(func(_ context.Context, _ []item, err error) { handled = err }),
+		))...)
+		if err := p.Add(ctx, item{ID: 1}); err != nil {
+			return err
+		}
+		return errors.Join(p.Close(ctx), handled)
+	}
+
+	cases := []struct {
+		name string
+		call func(t *testing.T) error
+		want error // errors.Is target; nil: the call must succeed
+	}{
+		// NewConsumer and its options.
+		{"NewConsumer nil consumer", func(*testing.T) error {
+			return panicValue(func() { NewConsumer(nil, pool, nop) })
+		}, crew.ErrInvalid},
+		{"NewConsumer nil pool", func(*testing.T) error {
+			return panicValue(func() { NewConsumer(fakeConsumer{}, nil, nop) })
+		}, crew.ErrInvalid},
+		{"NewConsumer zero pool", func(*testing.T) error {
+			return panicValue(func() { NewConsumer(fakeConsumer{}, &crew.Pool{}, nop) })
+		}, crew.ErrInvalid},
+		{"NewConsumer nil handler", func(*testing.T) error {
+			return panicValue(func() { NewConsumer[item](fakeConsumer{}, pool, nil) })
+		}, crew.ErrInvalid},
+		{"NewConsumer nil option", func(*testing.T) error {
+			return panicValue(func() { NewConsumer(fakeConsumer{}, pool, nop, WithDoubleAck(), nil) })
+		}, crew.ErrInvalid},
+		{"WithMaxInFlight(-1)", consumerOptionPanics(WithMaxInFlight(-1)), crew.ErrInvalid},
+		{"WithMaxInFlight(MinInt)", consumerOptionPanics(WithMaxInFlight(math.MinInt)), crew.ErrInvalid},
+		{"WithMaxFetch(-1)", consumerOptionPanics(WithMaxFetch(-1)), crew.ErrInvalid},
+		{"WithPulls(-1)", consumerOptionPanics(WithPulls(-1)), crew.ErrInvalid},
+		{"WithFetchWait(-1)", consumerOptionPanics(WithFetchWait(-1)), crew.ErrInvalid},
+		{"WithFetchWait(MinInt64)", consumerOptionPanics(WithFetchWait(math.MinInt64)), crew.ErrInvalid},
+		{"WithDrainTimeout(MinInt64)", consumerOptionPanics(WithDrainTimeout(math.MinInt64)), crew.ErrInvalid},
+		{"WithHeartbeat(-1)", consumerOptionPanics(WithHeartbeat(-1)), crew.ErrInvalid},
+		{"WithBackoff(nil)", consumerOptionPanics(WithBackoff(nil)), crew.ErrInvalid},
+		{"WithDeadLetter(nil, subject)", consumerOptionPanics(WithDeadLetter(nil, "dead")), crew.ErrInvalid},
+		{"WithDeadLetter(js, empty)", consumerOptionPanics(WithDeadLetter(js, "")), crew.ErrInvalid},
+		{"WithDeadLetter(js, wildcard)", consumerOptionPanics(WithDeadLetter(js, "dead.>")), crew.ErrInvalid},
+		{"WithDeadLetter(js, space)", consumerOptionPanics(WithDeadLetter(js, "dead letters")), crew.ErrInvalid},
+		{"WithErrorHandler(nil)", consumerOptionPanics(WithErrorHandler(nil)), crew.ErrInvalid},
+		{"WithCodec(nil) for a consumer", consumerOptionPanics(WithCodec(nil)), crew.ErrInvalid},
+
+		// Consumer.Run and Stats.
+		{"Run on a nil Consumer", func(*testing.T) error { return (*Consumer[item])(nil).Run(ctx) }, crew.ErrInvalid},
+		{"Run on a zero Consumer", func(*testing.T) error { return new(Consumer[item]).Run(ctx) }, crew.ErrInvalid},
+		{"Run with a nil context", func(t *testing.T) error {
+			return newConsumer(t, nop).Run(nil) //nolint:staticcheck // the nil context is the test
+		}, crew.ErrInvalid},
+		{"Stats of a nil Consumer", func(*testing.T) error {
+			if st := (*Consumer[item])(nil).Stats(); st != (Stats{}) {
+				return fmt.Errorf("stats %+v, want zeros", st)
+			}
+			return nil
+		}, nil},
+		{"Run again after Run returned", func(t *testing.T) error {
+			c := newConsumer(t, nop)
+			if err := runs(t, c); err != nil {
+				return fmt.Errorf("first Run: %w", err)
+			}
+			return runs(t, c)
+		}, nil},
+		{"Run after its pool stopped", func(t *testing.T) error {
+			stopped := crew.New(1)
+			c := NewConsumer(durable(t), stopped, nop, fast...)
+			stopped.Stop()
+			return c.Run(ctx)
+		}, crew.ErrStopped},
+		{"WithMaxInFlight, WithMaxFetch and WithPulls at MaxInt", func(t *testing.T) error {
+			return runsWith(t, WithMaxInFlight(math.MaxInt), WithMaxFetch(math.MaxInt), WithPulls(math.MaxInt))
+		}, nil},
+		{"WithMaxFetch(MaxInt) with MaxAckPending unlimited", func(t *testing.T) error {
+			cons := durableWith(t, natsjs.ConsumerConfig{MaxAckPending: -1})
+			return runs(t, NewConsumer(cons, pool, nop, opts(WithMaxInFlight(math.MaxInt), WithMaxFetch(math.MaxInt))...))
+		}, nil},
+		{"WithPulls(MaxInt) beyond MaxWaiting", func(t *testing.T) error {
+			sink := &errSink{}
+			cons := durableWith(t, natsjs.ConsumerConfig{MaxWaiting: 4})
+			c := NewConsumer(cons, pool, nop, opts(WithMaxInFlight(math.MaxInt), WithPulls(math.MaxInt), WithErrorHandler(sink.handle))...)
+			if err := runs(t, c); err != nil {
+				return err
+			}
+			sink.mu.Lock()
+			defer sink.mu.Unlock()
+			return errors.Join(sink.errs...)
+		}, nil},
+		{"WithFetchWait(MaxInt64)", func(t *testing.T) error {
+			return runsWith(t, WithFetchWait(math.MaxInt64), WithDrainTimeout(50*time.Millisecond))
+		}, nil},
+		{"WithDrainTimeout(MaxInt64)", func(t *testing.T) error { return runsWith(t, WithDrainTimeout(math.MaxInt64)) }, nil},
+		{"WithDrainTimeout(0)", func(t *testing.T) error { return runsWith(t, WithDrainTimeout(0)) }, nil},
+		{"WithHeartbeat(MaxInt64)", func(t *testing.T) error { return runsWith(t, WithHeartbeat(math.MaxInt64)) }, nil},
+		{"WithHeartbeat(1ns)", func(t *testing.T) error {
+			// Heartbeats come at most every millisecond while a message is
+			// held.
+			c := newConsumer(t, func(ctx context.Context, m Msg[item]) error {
+				t := time.NewTimer(20 * time.Millisecond) // the task's work
+				defer t.Stop()
+				select {
+				case <-t.C:
+					return nil
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}, WithHeartbeat(time.Nanosecond))
+			start := time.Now()
+			if err := runs(t, c); err != nil {
+				return err
+			}
+			if n, most := c.Stats().Heartbeats, uint64(3*(time.Since(start)/time.Millisecond+1)); n > most {
+				return fmt.Errorf("%d heartbeats, want at most %d, one a millisecond for each of 3 messages", n, most)
+			}
+			return nil
+		}, nil},
+		{"WithBackoff returning MinInt64", func(t *testing.T) error {
+			failOnce := func(_ context.Context, m Msg[item]) error {
+				if m.Delivery() == 1 {
+					return errors.New("first delivery fails")
+				}
+				return nil
+			}
+			c := newConsumer(t, failOnce, WithBackoff(func(int) time.Duration { return math.MinInt64 }))
+			if err := runs(t, c); err != nil {
+				return err
+			}
+			if st := c.Stats(); st.Nacked != 3 {
+				return fmt.Errorf("stats %+v, want the 3 messages handed back once", st)
+			}
+			return nil
+		}, nil},
+		{"WithBackoff returning MaxInt64", func(t *testing.T) error {
+			sink := &errSink{}
+			c := newConsumer(t, func(context.Context, Msg[item]) error { return errors.New("fails") },
+				WithBackoff(func(int) time.Duration { return math.MaxInt64 }), WithErrorHandler(sink.handle))
+			from := int(sent.Add(1)) - 1
+			publish(t, js, "jobs.new", item{ID: from})
+			runCtx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			done := make(chan error, 1)
+			go func() { done <- c.Run(runCtx) }()
+			waitFor(t, 5*time.Second, "the message handed back", func() bool { return c.Stats().Nacked == 1 })
+			cancel()
+			if err := <-done; err != nil {
+				return err
+			}
+			sink.mu.Lock()
+			defer sink.mu.Unlock()
+			return errors.Join(sink.errs...)
+		}, nil},
+
+		// NewPublisher, its options and methods.
+		{"NewPublisher nil JetStream", func(*testing.T) error {
+			return panicValue(func() { NewPublisher[item](nil, "jobs.new", nil) })
+		}, crew.ErrInvalid},
+		{"NewPublisher empty subject", func(*testing.T) error {
+			return panicValue(func() { NewPublisher[item](js, "", nil) })
+		}, crew.ErrInvalid},
+		{"NewPublisher wildcard subject", func(*testing.T) error {
+			return panicValue(func() { NewPublisher[item](js, "jobs.*", nil) })
+		}, crew.ErrInvalid},
+		{"NewPublisher subject with a space", func(*testing.T) error {
+			return panicValue(func() { NewPublisher[item](js, "jobs new", nil) })
+		}, crew.ErrInvalid},
+		{"NewPublisher subject with an empty token", func(*testing.T) error {
+			return panicValue(func() { NewPublisher[item](js, "jobs..new", nil) })
+		}, crew.ErrInvalid},
+		{"NewPublisher nil option", func(*testing.T) error {
+			return panicValue(func() { newPublisher(nil) })
+		}, crew.ErrInvalid},
+		{"WithCodec(nil) for a publisher", func(*testing.T) error {
+			return panicValue(func() { newPublisher(WithCodec(nil)) })
+		}, crew.ErrInvalid},
+		{"WithPublishTimeout(0)", func(*testing.T) error {
+			return panicValue(func() { newPublisher(WithPublishTimeout(0)) })
+		}, crew.ErrInvalid},
+		{"WithPublishTimeout(MinInt64)", func(*testing.T) error {
+			return panicValue(func() { newPublisher(WithPublishTimeout(math.MinInt64)) })
+		}, crew.ErrInvalid},
+		{"WithBatch(nil)", func(*testing.T) error {
+			return panicValue(func() { newPublisher(WithBatch(nil)) })
+		}, crew.ErrInvalid},
+		{"WithPublishTimeout(MaxInt64)", func(*testing.T) error {
+			return published(itemID, WithPublishTimeout(math.MaxInt64))
+		}, nil},
+		{"id returning an empty id", func(*testing.T) error {
+			return published(func(item) string { return "" })
+		}, crew.ErrInvalid},
+		{"Add on a nil Publisher", func(*testing.T) error { return (*Publisher[item])(nil).Add(ctx, item{}) }, crew.ErrInvalid},
+		{"Flush on a nil Publisher", func(*testing.T) error { return (*Publisher[item])(nil).Flush(ctx) }, crew.ErrInvalid},
+		{"Close on a nil Publisher", func(*testing.T) error { return (*Publisher[item])(nil).Close(ctx) }, crew.ErrInvalid},
+		{"Add on a zero Publisher", func(*testing.T) error { return new(Publisher[item]).Add(ctx, item{}) }, crew.ErrInvalid},
+		{"Flush on a zero Publisher", func(*testing.T) error { return new(Publisher[item]).Flush(ctx) }, crew.ErrInvalid},
+		{"Close on a zero Publisher", func(*testing.T) error { return new(Publisher[item]).Close(ctx) }, crew.ErrInvalid},
+		{"Stats of nil and zero Publishers", func(*testing.T) error {
+			if st := (*Publisher[item])(nil).Stats(); st != (PublisherStats{}) {
+				return fmt.Errorf("nil: stats %+v, want zeros", st)
+			}
+			if st := new(Publisher[item]).Stats(); st != (PublisherStats{}) {
+				return fmt.Errorf("zero: stats %+v, want zeros", st)
+			}
+			return nil
+		}, nil},
+		{"Add with a nil context", func(*testing.T) error {
+			p := newPublisher()
+			defer p.Close(ctx)
+			return p.Add(nil, item{}) //nolint:staticcheck // the nil context is the test
+		}, crew.ErrInvalid},
+		{"Flush with a nil context", func(*testing.T) error {
+			p := newPublisher()
+			defer p.Close(ctx)
+			return p.Flush(nil) //nolint:staticcheck // the nil context is the test
+		}, crew.ErrInvalid},
+		{"Close with a nil context", func(*testing.T) error {
+			p := newPublisher()
+			defer p.Close(ctx)
+			return p.Close(nil) //nolint:staticcheck // the nil context is the test
+		}, crew.ErrInvalid},
+		{"Add after Close", func(t *testing.T) error { return closedPublisher(t).Add(ctx, item{}) }, batch.ErrClosed},
+		{"Flush after Close", func(t *testing.T) error { return closedPublisher(t).Flush(ctx) }, batch.ErrClosed},
+		{"Close after Close", func(t *testing.T) error { return closedPublisher(t).Close(ctx) }, batch.ErrClosed},
+
+		// ExponentialBackoff.
+		{"ExponentialBackoff(-1, 0)", func(*testing.T) error {
+			return panicValue(func() { ExponentialBackoff(-1, 0) })
+		}, crew.ErrInvalid},
+		{"ExponentialBackoff(MinInt64, MaxInt64)", func(*testing.T) error {
+			return panicValue(func() { ExponentialBackoff(math.MinInt64, math.MaxInt64) })
+		}, crew.ErrInvalid},
+		{"ExponentialBackoff(0, 1s) at delivery MaxInt", func(*testing.T) error {
+			if d := ExponentialBackoff(0, time.Second)(math.MaxInt); d != 0 {
+				return fmt.Errorf("delay %v, want 0", d)
+			}
+			return nil
+		}, nil},
+		{"ExponentialBackoff(1ns, MaxInt64) at deliveries MaxInt and MinInt", func(*testing.T) error {
+			f := ExponentialBackoff(1, math.MaxInt64)
+			if d := f(math.MaxInt); d < math.MaxInt64/2 {
+				return fmt.Errorf("delay at MaxInt %v, want at least half of MaxInt64", d)
+			}
+			if d := f(math.MinInt); d != 0 && d != 1 {
+				return fmt.Errorf("delay at MinInt %v, want within [0, 1ns]", d)
+			}
+			return nil
+		}, nil},
+
+		// Codecs.
+		{"Bytes.Marshal(nil)", func(*testing.T) error { _, err := Bytes{}.Marshal(nil); return err }, crew.ErrInvalid},
+		{"Bytes.Marshal(int)", func(*testing.T) error { _, err := Bytes{}.Marshal(1); return err }, crew.ErrInvalid},
+		{"Bytes.Unmarshal into nil", func(*testing.T) error { return Bytes{}.Unmarshal([]byte("x"), nil) }, crew.ErrInvalid},
+		{"Bytes.Unmarshal into a nil *string", func(*testing.T) error {
+			return Bytes{}.Unmarshal([]byte("x"), (*string)(nil))
+		}, crew.ErrInvalid},
+		{"Bytes.Unmarshal into a nil *[]byte", func(*testing.T) error {
+			return Bytes{}.Unmarshal([]byte("x"), (*[]byte)(nil))
+		}, crew.ErrInvalid},
+		{"Bytes.Unmarshal into an int", func(*testing.T) error { var n int; return Bytes{}.Unmarshal([]byte("x"), &n) }, crew.ErrInvalid},
+		{"JSON.Marshal(chan)", func(*testing.T) error { _, err := JSON{}.Marshal(make(chan int)); return err }, errAny},
+		{"JSON.Unmarshal into nil", func(*testing.T) error { return JSON{}.Unmarshal(nil, nil) }, errAny},
+
+		// Errors and messages.
+		{"nil *MessageError", func(*testing.T) error {
+			var me *MessageError
+			if me.Error() == "" || me.Unwrap() != nil {
+				return fmt.Errorf("Error() %q, Unwrap() %v", me.Error(), me.Unwrap())
+			}
+			return nil
+		}, nil},
+		{"zero MessageError", func(*testing.T) error {
+			var me MessageError
+			if me.Error() == "" || me.Unwrap() != nil {
+				return fmt.Errorf("Error() %q, Unwrap() %v", me.Error(), me.Unwrap())
+			}
+			return nil
+		}, nil},
+		{"Permanent(nil) and IsPermanent(nil)", func(*testing.T) error {
+			if Permanent(nil) != nil || IsPermanent(nil) {
+				return errors.New("Permanent(nil) is not nil, or IsPermanent(nil) is true")
+			}
+			return nil
+		}, nil},
+		{"Delivery of a zero Msg", func(*testing.T) error {
+			if d := (Msg[item]{}).Delivery(); d != 0 {
+				return fmt.Errorf("Delivery() = %d, want 0", d)
+			}
+			return nil
+		}, nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			done := make(chan error, 1)
+			go func() {
+				returned := false
+				defer func() {
+					if v := recover(); v != nil {
+						done <- fmt.Errorf("panicked: %v", v)
+					} else if !returned {
+						done <- errFailedNow // t.FailNow, t.Fatal
+					}
+				}()
+				err := tc.call(t)
+				returned = true
+				done <- err
+			}()
+			var err error
+			select {
+			case err = <-done:
+			case <-time.After(15 * time.Second):
+				t.Fatal("did not return in 15s")
+			}
+			if err == errFailedNow {
+				return
+			}
+			switch {
+			case tc.want == nil && err != nil:
+				t.Errorf("got %v, want success", err)
+			case tc.want == errAny && err == nil:
+				t.Error("got nil, want an error")
+			case tc.want != nil && tc.want != errAny && !errors.Is(err, tc.want):
+				t.Errorf("got %v, want an error wrapping %v", err, tc.want)
+			}
+		})
+	}
+}
+
+// consumerOptionPanics returns a case that builds a Consumer with o.
+func consumerOptionPanics(o ConsumerOption) func(*testing.T) error {
+	return func(*testing.T) error {
+		pool := crew.New(1)
+		defer pool.Stop()
+		return panicValue(func() {
+			NewConsumer(fakeConsumer{}, pool, func(context.Context, Msg[item]) error { return nil }, o)
+		})
+	}
+}
