@@ -11,6 +11,7 @@ package crewexpvar
 
 import (
 	"expvar"
+	"fmt"
 	"time"
 
 	"github.com/gocrew/crew"
@@ -61,7 +62,10 @@ func quantiles(s crew.HistogramSnapshot) *Quantiles {
 
 // Read returns p's statistics now: Pool.Stats, and Pool.Latency when p
 // records latency. It costs a Stats call and, WithLatency, two histogram
-// snapshots (a few microseconds).
+// snapshots (a few microseconds). A stopped pool reports its counts as
+// Stop left them. Like Pool.Stats, Read reports zeros for a nil or zero
+// crew.Pool, not made by crew.New: the zero Snapshot, whose MaxWorkers of
+// 0 no pool made by crew.New has.
 func Read(p *crew.Pool) Snapshot {
 	st := p.Stats()
 	s := Snapshot{
@@ -85,14 +89,53 @@ func Read(p *crew.Pool) Snapshot {
 
 // Func returns an expvar.Var that reports Read(p) each time it is read,
 // for use in an expvar.Map or with expvar.Publish under a name of your
-// choice. Nothing is computed until the variable is read.
+// choice. Nothing is computed until the variable is read. A stopped pool
+// may be exported: it reports its counts as Stop left them.
+//
+// Like make given a negative size, Func panics with an error wrapping
+// crew.ErrInvalid if p is nil or a zero crew.Pool, not made by crew.New,
+// which would report zeros forever.
 func Func(p *crew.Pool) expvar.Func {
+	if err := checkPool("Func", p); err != nil {
+		panic(err)
+	}
 	return func() any { return Read(p) }
 }
 
-// Publish publishes Func(p) under name. Like expvar.Publish, it panics if
-// the name is already taken; a published variable cannot be removed, so
-// publish long-lived pools only.
+// Publish publishes Func(p) under name. A published variable cannot be
+// removed, so publish long-lived pools only; a stopped pool may be
+// published and reports its counts as Stop left them.
+//
+// Publish panics, publishing nothing, with an error wrapping
+// crew.ErrInvalid if p is nil or a zero crew.Pool (as Func does), if
+// name is empty, or if name is taken, as expvar.Publish panics on a name
+// published already (crewexpvar's own, another pool's or any other
+// variable's, such as "memstats").
 func Publish(name string, p *crew.Pool) {
+	if err := checkPool("Publish", p); err != nil {
+		panic(err)
+	}
+	if name == "" {
+		panic(fmt.Errorf("%w: crewexpvar.Publish: the name is empty", crew.ErrInvalid))
+	}
+	taken := fmt.Errorf("%w: crewexpvar.Publish(%q): the name is taken", crew.ErrInvalid, name)
+	if expvar.Get(name) != nil {
+		panic(taken)
+	}
+	defer func() {
+		// Another goroutine took the name since Get: expvar.Publish
+		// panicked with a string.
+		if r := recover(); r != nil {
+			panic(taken)
+		}
+	}()
 	expvar.Publish(name, Func(p))
+}
+
+// checkPool reports a pool that fn does not accept.
+func checkPool(fn string, p *crew.Pool) error {
+	if p.Stats().MaxWorkers == 0 {
+		return fmt.Errorf("%w: crewexpvar.%s: the pool is nil or a zero crew.Pool, not made by crew.New", crew.ErrInvalid, fn)
+	}
+	return nil
 }

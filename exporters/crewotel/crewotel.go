@@ -10,7 +10,7 @@
 // collects, and the pools pay nothing for being exported between
 // collections. Every data point carries the attribute crew.pool, the
 // pool's name (crew.WithName); pools registered together need distinct
-// names.
+// names, which Register checks.
 //
 // Instruments, for each pool:
 //
@@ -42,6 +42,9 @@ package crewotel
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math"
+	"unicode/utf8"
 
 	"github.com/gocrew/crew"
 	"go.opentelemetry.io/otel/attribute"
@@ -55,7 +58,11 @@ const PoolKey = attribute.Key("crew.pool")
 // point: 0.5, 0.9, 0.99, or 1 for the maximum.
 const QuantileKey = attribute.Key("quantile")
 
-// Quantiles are the quantiles exported for each latency histogram.
+// Quantiles are the quantiles exported for each latency histogram. Each
+// Register reads them once: changing them later does not change what a
+// registration reports. Register returns an error wrapping crew.ErrInvalid
+// if one is NaN or outside [0, 1], or appears twice; empty, only the
+// latency totals are exported.
 var Quantiles = []float64{0.5, 0.9, 0.99, 1}
 
 // A stat is an instrument whose value is read from crew.Stats.
@@ -98,8 +105,26 @@ type pool struct {
 // reports pools at each collection, and returns the callback's
 // registration: Unregister it to stop reporting. Each collection costs a
 // Stats call per pool and, for pools built WithLatency, two histogram
-// snapshots (a few microseconds each).
+// snapshots (a few microseconds each). A pool stopped before or after
+// Register is still reported, with its counts as Stop left them.
+//
+// Register returns an error wrapping crew.ErrInvalid, and creates
+// nothing, when its arguments cannot be exported correctly: a nil meter;
+// no pools; a nil pool or a zero crew.Pool, not made by crew.New; the
+// same pool twice; two pools with the same name, whose data points would
+// carry the same attributes and be added together (at most one pool may be
+// unnamed); a name that is not valid UTF-8, which OTLP cannot encode;
+// or an invalid Quantiles. It returns the meter's error if the
+// meter cannot create an instrument or register the callback.
+//
+// The data points of two registrations on one meter are added together
+// where their attributes agree: register each pool once per meter, and
+// pools of one name on different meters only.
 func Register(meter metric.Meter, pools ...*crew.Pool) (metric.Registration, error) {
+	quantiles := append([]float64(nil), Quantiles...)
+	if err := errors.Join(checkArgs(meter, pools), checkQuantiles(quantiles)); err != nil {
+		return nil, err
+	}
 	var errs []error
 	stats := make([]metric.Int64Observable, len(poolStats))
 	for i, st := range poolStats {
@@ -129,7 +154,7 @@ func Register(meter metric.Meter, pools ...*crew.Pool) (metric.Registration, err
 	for i, p := range pools {
 		name := PoolKey.String(p.Name())
 		ps[i] = pool{p: p, attrs: metric.WithAttributeSet(attribute.NewSet(name))}
-		for _, q := range Quantiles {
+		for _, q := range quantiles {
 			ps[i].quant = append(ps[i].quant, metric.WithAttributeSet(attribute.NewSet(name, QuantileKey.Float64(q))))
 		}
 	}
@@ -147,7 +172,7 @@ func Register(meter metric.Meter, pools ...*crew.Pool) (metric.Registration, err
 			if !ok {
 				continue
 			}
-			for i, q := range Quantiles {
+			for i, q := range quantiles {
 				o.ObserveFloat64(wait, l.Wait.Quantile(q).Seconds(), p.quant[i])
 				o.ObserveFloat64(run, l.Run.Quantile(q).Seconds(), p.quant[i])
 			}
@@ -156,4 +181,46 @@ func Register(meter metric.Meter, pools ...*crew.Pool) (metric.Registration, err
 		}
 		return nil
 	}, instruments...)
+}
+
+// checkArgs reports a meter or pools that Register does not accept.
+func checkArgs(meter metric.Meter, pools []*crew.Pool) error {
+	if meter == nil {
+		return fmt.Errorf("%w: crewotel.Register: the meter is nil", crew.ErrInvalid)
+	}
+	if len(pools) == 0 {
+		return fmt.Errorf("%w: crewotel.Register: no pools to report", crew.ErrInvalid)
+	}
+	index := make(map[*crew.Pool]int, len(pools))
+	named := make(map[string]int, len(pools))
+	for i, p := range pools {
+		if p.Stats().MaxWorkers == 0 {
+			return fmt.Errorf("%w: crewotel.Register: pool %d is nil or a zero crew.Pool, not made by crew.New", crew.ErrInvalid, i)
+		}
+		if j, dup := index[p]; dup {
+			return fmt.Errorf("%w: crewotel.Register: pool %d is pool %d again", crew.ErrInvalid, i, j)
+		}
+		index[p] = i
+		name := p.Name()
+		if !utf8.ValidString(name) {
+			return fmt.Errorf("%w: crewotel.Register: pool %d is named %q, which is not valid UTF-8", crew.ErrInvalid, i, name)
+		}
+		if j, dup := named[name]; dup {
+			return fmt.Errorf("%w: crewotel.Register: pools %d and %d are both named %q: their data points would be added together", crew.ErrInvalid, j, i, name)
+		}
+		named[name] = i
+	}
+	return nil
+}
+
+// checkQuantiles reports quantiles that Register does not accept.
+func checkQuantiles(qs []float64) error {
+	seen := make(map[float64]bool, len(qs))
+	for _, q := range qs {
+		if math.IsNaN(q) || q < 0 || q > 1 || seen[q] {
+			return fmt.Errorf("%w: crewotel.Quantiles %v: quantile %v: each must be in [0, 1], once", crew.ErrInvalid, qs, q)
+		}
+		seen[q] = true
+	}
+	return nil
 }

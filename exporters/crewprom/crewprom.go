@@ -4,9 +4,9 @@
 //	prometheus.MustRegister(crewprom.NewCollector([]*crew.Pool{p}))
 //
 // Every metric carries the label pool, the pool's name (crew.WithName);
-// pools collected together need distinct names. The collector reads the
-// pools when Prometheus scrapes, not when tasks run: a pool pays nothing
-// for being exported.
+// pools collected together need distinct names, which NewCollector checks.
+// The collector reads the pools when Prometheus scrapes, not when tasks
+// run: a pool pays nothing for being exported.
 //
 // Metrics, for each pool:
 //
@@ -30,9 +30,11 @@
 package crewprom
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gocrew/crew"
 	"github.com/prometheus/client_golang/prometheus"
@@ -40,30 +42,45 @@ import (
 
 // DefaultBuckets are the upper bounds, in seconds, of the latency
 // histograms' buckets: 1, 2.5 and 5 times each power of ten from a
-// microsecond to 10 seconds.
+// microsecond to 10 seconds. NewCollector copies them: changing them
+// later does not change a Collector already made.
 var DefaultBuckets = []float64{
 	1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4,
 	1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
 }
 
-// An Option configures a Collector.
+// An Option configures a Collector. Options never panic when called:
+// NewCollector panics, with an error wrapping crew.ErrInvalid, when given
+// a nil or invalid one. A later option replaces what an earlier one of
+// the same kind set.
 type Option func(*Collector)
 
 // WithBuckets sets the upper bounds, in seconds and in increasing order,
 // of the latency histograms' buckets (DefaultBuckets if not set). A bound
-// of +Inf may end the list; Prometheus adds that bucket anyway. NewCollector
-// panics with an error wrapping crew.ErrInvalid if a bound is NaN, negative
-// or not above the one before it.
+// of +Inf may end the list; Prometheus adds that bucket anyway, so
+// WithBuckets(math.Inf(1)) exports only each histogram's count and sum.
+// NewCollector panics with an error wrapping crew.ErrInvalid if no bound
+// is given, or if a bound is NaN, negative or not above the one before it.
+// WithBuckets copies upper.
 func WithBuckets(upper ...float64) Option {
-	return func(c *Collector) { c.buckets = append([]float64(nil), upper...) }
+	return func(c *Collector) { c.buckets = append([]float64{}, upper...) }
 }
 
-// WithNamespace replaces the metric name prefix "crew".
+// WithNamespace replaces the metric name prefix "crew": the metrics are
+// named ns_pool_workers and so on. NewCollector panics with an error
+// wrapping crew.ErrInvalid unless ns follows Prometheus' metric name rules
+// for exporters: ASCII letters, digits and underscores, not starting with
+// a digit, and not empty (Prometheus reserves colons for recording rules).
 func WithNamespace(ns string) Option {
 	return func(c *Collector) { c.ns = ns }
 }
 
-// A Collector is a prometheus.Collector that reports crew pools.
+// A Collector is a prometheus.Collector that reports crew pools. It must
+// be made with NewCollector; its methods are safe for concurrent use.
+//
+// A registry refuses a second Collector with the same namespace (its
+// metrics are described already): collect every pool of a registry in one
+// Collector, or give each Collector its own namespace.
 type Collector struct {
 	pools   []*crew.Pool
 	buckets []float64
@@ -103,13 +120,26 @@ type statMetric struct {
 // NewCollector returns a Collector for pools. Register it with a
 // prometheus.Registerer; it reads the pools at every scrape (a Stats call
 // per pool and, for pools built WithLatency, two histogram snapshots: a
-// few microseconds each).
+// few microseconds each). A pool stopped before or after NewCollector is
+// still reported, with its counts as Stop left them. NewCollector keeps
+// its own copy of the slice pools.
+//
+// Like make given a negative size, NewCollector panics, with an error
+// wrapping crew.ErrInvalid that names the mistake, when its arguments
+// cannot be exported correctly: no pools (a nil or empty slice); a nil
+// pool or a zero crew.Pool, not made by crew.New; the same pool twice;
+// two pools with the same name, which would report under the same label
+// (at most one pool may be unnamed); a name that is not valid UTF-8; a
+// nil option; or an invalid WithBuckets or WithNamespace.
 func NewCollector(pools []*crew.Pool, opts ...Option) *Collector {
-	c := &Collector{pools: pools, buckets: DefaultBuckets, ns: "crew"}
-	for _, o := range opts {
+	c := &Collector{pools: append([]*crew.Pool(nil), pools...), buckets: append([]float64{}, DefaultBuckets...), ns: "crew"}
+	for i, o := range opts {
+		if o == nil {
+			panic(fmt.Errorf("%w: crewprom.NewCollector: option %d is nil", crew.ErrInvalid, i))
+		}
 		o(c)
 	}
-	if err := checkBuckets(c.buckets); err != nil {
+	if err := errors.Join(checkNamespace(c.ns), checkBuckets(c.buckets), checkPools(c.pools)); err != nil {
 		panic(err)
 	}
 	desc := func(name, help string) *prometheus.Desc {
@@ -124,8 +154,26 @@ func NewCollector(pools []*crew.Pool, opts ...Option) *Collector {
 	return c
 }
 
+// errNotMade is reported by the methods of a Collector not made by
+// NewCollector.
+var errNotMade = fmt.Errorf("%w: crewprom: a nil or zero Collector: make it with NewCollector", crew.ErrInvalid)
+
+// made reports whether c was made by NewCollector.
+func (c *Collector) made() bool { return c != nil && c.run != nil }
+
 // Describe sends the descriptors of every metric the Collector reports.
+// On a nil or zero Collector (not made by NewCollector) it sends instead
+// one invalid descriptor, with an error wrapping crew.ErrInvalid that
+// Registerer.Register returns. Describe panics with such an error if ch is
+// nil, where a send would block forever.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	if ch == nil {
+		panic(fmt.Errorf("%w: crewprom: Collector.Describe on a nil channel", crew.ErrInvalid))
+	}
+	if !c.made() {
+		ch <- prometheus.NewInvalidDesc(errNotMade)
+		return
+	}
 	for _, m := range c.stats {
 		ch <- m.desc
 	}
@@ -133,8 +181,19 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.run
 }
 
-// Collect reads every pool and sends its metrics.
+// Collect reads every pool and sends its metrics. On a nil or zero
+// Collector (not made by NewCollector) it sends instead one invalid
+// metric, whose error, wrapping crew.ErrInvalid, Gatherer.Gather reports.
+// Collect panics with such an error if ch is nil, where a send would
+// block forever.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	if ch == nil {
+		panic(fmt.Errorf("%w: crewprom: Collector.Collect on a nil channel", crew.ErrInvalid))
+	}
+	if !c.made() {
+		ch <- prometheus.NewInvalidMetric(prometheus.NewInvalidDesc(errNotMade), errNotMade)
+		return
+	}
 	for _, p := range c.pools {
 		name := p.Name()
 		s := p.Stats()
@@ -148,8 +207,52 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
+// checkNamespace reports a namespace that WithNamespace does not accept.
+func checkNamespace(ns string) error {
+	for i, r := range ns {
+		if r == '_' || 'a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || i > 0 && '0' <= r && r <= '9' {
+			continue
+		}
+		return fmt.Errorf("%w: crewprom.WithNamespace(%q): a namespace is ASCII letters, digits and underscores, not starting with a digit", crew.ErrInvalid, ns)
+	}
+	if ns == "" {
+		return fmt.Errorf("%w: crewprom.WithNamespace(\"\"): the namespace is empty", crew.ErrInvalid)
+	}
+	return nil
+}
+
+// checkPools reports pools that NewCollector does not accept.
+func checkPools(pools []*crew.Pool) error {
+	if len(pools) == 0 {
+		return fmt.Errorf("%w: crewprom.NewCollector: no pools to collect", crew.ErrInvalid)
+	}
+	index := make(map[*crew.Pool]int, len(pools))
+	named := make(map[string]int, len(pools))
+	for i, p := range pools {
+		if p.Stats().MaxWorkers == 0 {
+			return fmt.Errorf("%w: crewprom.NewCollector: pool %d is nil or a zero crew.Pool, not made by crew.New", crew.ErrInvalid, i)
+		}
+		if j, dup := index[p]; dup {
+			return fmt.Errorf("%w: crewprom.NewCollector: pool %d is pool %d again", crew.ErrInvalid, i, j)
+		}
+		index[p] = i
+		name := p.Name()
+		if !utf8.ValidString(name) {
+			return fmt.Errorf("%w: crewprom.NewCollector: pool %d is named %q, which is not valid UTF-8 and cannot be a label value", crew.ErrInvalid, i, name)
+		}
+		if j, dup := named[name]; dup {
+			return fmt.Errorf("%w: crewprom.NewCollector: pools %d and %d are both named %q: their metrics would have the same labels", crew.ErrInvalid, j, i, name)
+		}
+		named[name] = i
+	}
+	return nil
+}
+
 // checkBuckets reports bounds that WithBuckets does not accept.
 func checkBuckets(upper []float64) error {
+	if len(upper) == 0 {
+		return fmt.Errorf("%w: crewprom.WithBuckets(): no bounds (WithBuckets(math.Inf(1)) exports only the count and sum)", crew.ErrInvalid)
+	}
 	for i, b := range upper {
 		if math.IsNaN(b) || b < 0 || i > 0 && b <= upper[i-1] {
 			return fmt.Errorf("%w: crewprom.WithBuckets%v: bound %v: bounds must be increasing seconds, none negative", crew.ErrInvalid, upper, b)
