@@ -71,7 +71,8 @@
 // iter.Seq forms) return results in submission order; [Stream] runs tasks
 // concurrently and their callbacks one at a time, in order. A group never
 // holds a pool worker while it waits for its own limit, and its Wait runs
-// queued tasks itself, so groups nest on one pool without deadlock.
+// queued tasks itself in a slot of the pool's, so groups nest on one pool
+// without deadlock and never run more tasks at once than its limit.
 //
 // [Keyed] runs the tasks of one key one at a time, in order; [Priority]
 // starts the most urgent task first, with aging; [RateLimited] starts

@@ -106,15 +106,15 @@ func (g *Group) TryGo(task func(ctx context.Context) error) bool {
 // If tasks were skipped because the group's context was cancelled and no
 // task failed, Wait returns the context's cause.
 //
-// Called from inside one of the pool's own tasks, Wait runs queued tasks of
-// the group on the calling goroutine while it waits, when the group's
-// limit allows: the waiting task's worker runs them, so a group waited on
-// inside a task of the same pool cannot deadlock for want of workers, and
-// the pool never runs more tasks at once than its limit. Such a task runs
-// as if called by Wait: if it calls runtime.Goexit (t.FailNow, say), the
-// goroutine that called Wait exits. From any other goroutine Wait only
-// waits, for the pool's workers to run the group. A task must not call
-// Wait on its own group: it would wait for itself.
+// While it waits, Wait runs queued tasks of the group on the calling
+// goroutine when the group's limit allows, in a slot of the pool's: from
+// outside the pool, one it borrows while the pool has fewer live workers
+// than its limit; from inside one of the pool's own tasks, that task's
+// own, so a group waited on inside a task of the same pool cannot deadlock
+// for want of workers. Either way the pool never runs more tasks at once
+// than its limit. Such a task runs as if called by Wait: if it calls
+// runtime.Goexit (t.FailNow, say), the goroutine that called Wait exits. A
+// task must not call Wait on its own group: it would wait for itself.
 //
 // When Wait returns, the group's context is cancelled and later Go calls
 // return ErrGroupDone; later Wait calls return the same result at once.

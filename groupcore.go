@@ -37,15 +37,17 @@ import (
 // left for the group's running tasks could wait for ever behind one that
 // waits for it (a producer and its consumer).
 //
-// Wait helps where that takes no extra slot of the pool: called from one
-// of the pool's own tasks, it runs the group's queued tasks on the waiting
-// goroutine while the limit allows. This keeps a group that is waited on
-// inside a pool task from deadlocking when every worker is busy (the
-// classic trap of nested groups on a bounded pool). From outside the pool,
-// Wait waits: the pool's workers run the group. Either way it skips the
-// queued tasks of a cancelled group, so that tasks left in the group's
-// queue (the pool stopped before their steps were queued, or Shutdown
-// dropped them) are accounted for rather than lost.
+// Wait helps, in a slot of the pool's: it runs the group's queued tasks on
+// the waiting goroutine while the group's limit allows, from outside the
+// pool in a slot it borrows while the pool has fewer live workers than its
+// limit (engine.Borrow), from one of the pool's own tasks in that task's
+// slot. This keeps a group that is waited on inside a pool task from
+// deadlocking when every worker is busy (the classic trap of nested groups
+// on a bounded pool), spares a hand-off per task where the pool has room,
+// and never runs more of the pool's tasks at once than its limit. Wait
+// also skips the queued tasks of a cancelled group, so that tasks left in
+// the group's queue (the pool stopped before their steps were queued, or
+// Shutdown dropped them) are accounted for rather than lost.
 
 // entry is a queued task with its sequence number: its index in submission
 // order, which is where a ResultGroup stores its result.
@@ -399,29 +401,74 @@ func (c *core[I]) runStep() {
 }
 
 // mayHelp reports whether the calling goroutine may run the group's queued
-// tasks itself: it is one of the pool's workers, a task waiting for the
-// group, whose slot the group's task takes. Any other goroutine running
-// them would run more of the pool's tasks at once than its limit. It reads
-// the caller's stack (see engine.InWorker): call it only on a path about
-// to block.
+// tasks in its own slot: it is one of the pool's workers, a task waiting
+// for the group. Any other goroutine must borrow a slot for each task it
+// runs (see borrow), or it would run more of the pool's tasks at once than
+// its limit. It reads the caller's stack (see engine.InWorker): call it
+// only on a path about to block.
 func (c *core[I]) mayHelp() bool {
 	pc := c.p.core()
 	return pc.usable() && pc.e.InWorker()
 }
 
+// borrow takes a slot of the pool for a task the caller runs itself, if
+// the pool's limit has room (see engine.Borrow); giveBack returns it.
+func (c *core[I]) borrow() bool {
+	pc := c.p.core()
+	return pc.usable() && pc.e.Borrow()
+}
+
+func (c *core[I]) giveBack() { c.p.c.e.Return() }
+
+// runBorrowed runs e, which the caller took off the queue, in a borrowed
+// slot, as one of the pool's workers would: a wait in it for the pool's
+// work helps or lends the slot (see engine.AsWorker). With more, it goes on
+// in the same slot with the next queued tasks while the limit allows and
+// more unfinished tasks than more are left (a waiter's own condition);
+// more < 0 runs e alone.
+func (c *core[I]) runBorrowed(e entry[I], more int) {
+	defer c.giveBack()
+	c.p.c.e.AsWorker(func() {
+		for {
+			c.runItem(e, false)
+			if more < 0 {
+				return
+			}
+			c.mu.Lock()
+			if c.unfinished <= more || c.q.Len() == 0 || c.running >= c.limit || c.ctx.Err() != nil {
+				c.mu.Unlock()
+				return
+			}
+			e = c.q.Take()
+			c.running++
+			c.mu.Unlock()
+		}
+	})
+}
+
 // helpOne runs one queued task on the calling goroutine if the limit allows
-// (or skips it if the group is cancelled), and reports whether it did. The
-// caller has checked mayHelp.
-func (c *core[I]) helpOne() bool {
+// (or skips it if the group is cancelled), and reports whether it did.
+// inside says that the caller may run it in its own slot (see mayHelp);
+// otherwise it must borrow one.
+func (c *core[I]) helpOne(inside bool) bool {
 	c.mu.Lock()
 	if c.q.Len() == 0 || c.running >= c.limit && c.ctx.Err() == nil {
+		c.mu.Unlock()
+		return false
+	}
+	borrowed := c.ctx.Err() == nil && !inside // a skip needs no slot
+	if borrowed && !c.borrow() {
 		c.mu.Unlock()
 		return false
 	}
 	e := c.q.Take()
 	c.running++
 	c.mu.Unlock()
-	c.runItem(e, false)
+	if borrowed {
+		c.runBorrowed(e, -1)
+	} else {
+		c.runItem(e, false)
+	}
 	return true
 }
 
@@ -575,6 +622,14 @@ func (c *core[I]) await(n int) {
 			c.running++
 			c.mu.Unlock()
 			c.runItem(e, false) // or skips it
+			c.mu.Lock()
+			continue
+		}
+		if c.q.Len() > 0 && c.running < c.limit && help <= 0 && c.borrow() {
+			e := c.q.Take()
+			c.running++
+			c.mu.Unlock()
+			c.runBorrowed(e, n)
 			c.mu.Lock()
 			continue
 		}

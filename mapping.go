@@ -24,8 +24,8 @@ func Map[T, R any](ctx context.Context, p *Pool, items []T, fn func(context.Cont
 // MapErr calls fn for every element of items on p, concurrently, and returns
 // the results in the order of items: out[i] is what fn returned for
 // items[i], even with an error; the zero value if fn panicked or never ran.
-// It blocks until every call has returned; called from inside one of p's
-// tasks, it runs calls itself while it waits (see Group.Wait).
+// It blocks until every call has returned, running calls itself meanwhile
+// in a slot of p's, as Group.Wait does.
 //
 // Errors follow Group's policy: the first error (or panic) cancels the
 // context the other calls receive and skips the elements that have not
@@ -83,8 +83,8 @@ func MapSeq[T, R any](ctx context.Context, p *Pool, seq iter.Seq[T], fn func(con
 // It pulls values from seq on the calling goroutine only as fast as they
 // are processed: at most a window of values is pulled and not yet done,
 // the WithLimit limit if given, else the pool's worker limit when MapErrSeq
-// starts. While the window is full it waits, running calls itself when
-// called from inside one of p's tasks (see Group.Wait). Once the group is
+// starts. While the window is full it waits, running calls itself in a slot
+// of p's, as Group.Wait does. Once the group is
 // cancelled (by an error or ctx) it stops pulling, and if that left a
 // value unprocessed the error says why (the first error, or the
 // cancellation's cause: ctx's, or ErrStopped). The results grow in

@@ -22,9 +22,9 @@ import (
 // its closure and its callback's.
 //
 // Backpressure: at most window tasks are between Go and the end of their
-// callback. Go blocks while the window is full (from inside one of the
-// pool's tasks, running queued tasks of the stream meanwhile, as Group.Wait
-// does), so a fast producer cannot run ahead of a slow
+// callback. Go blocks while the window is full (running queued tasks of the
+// stream meanwhile in a slot of the pool's, as Group.Wait does), so a fast
+// producer cannot run ahead of a slow
 // head of line or slow callbacks. The window is the WithLimit limit if
 // given (which also bounds the tasks running at once), else the pool's
 // worker limit when the stream is made.
@@ -141,16 +141,22 @@ func (s *Stream) goAs(ctx context.Context, task func(context.Context) func(), mo
 		}
 		s.waiters++
 		s.mu.Unlock()
-		// Go runs queued tasks of the stream while it waits, where that
-		// takes no extra slot of the pool; GoContext does not, so that it
-		// returns when ctx ends.
-		if help == 0 && mode == pushGo {
-			help = -1
-			if s.c.mayHelp() {
-				help = 1
+		// Go runs queued tasks of the stream while it waits, in a slot of
+		// the pool's; GoContext does not, so that it returns when ctx ends.
+		helped := false
+		if mode == pushGo {
+			helped = s.c.helpOne(false)
+			if !helped && help == 0 {
+				help = -1
+				if s.c.mayHelp() {
+					help = 1
+				}
+			}
+			if !helped && help > 0 {
+				helped = s.c.helpOne(true)
 			}
 		}
-		if help <= 0 || !s.c.helpOne() {
+		if !helped {
 			select {
 			case <-s.space:
 			case <-s.c.ctx.Done():
@@ -191,8 +197,8 @@ func (s *Stream) goAs(ctx context.Context, task func(context.Context) func(), mo
 
 // Wait blocks until every task has finished and every callback that is to
 // run has returned, and returns the stream's error as Group.Wait does.
-// From inside one of the pool's tasks it runs queued tasks itself while it
-// waits. Later Go calls return ErrGroupDone.
+// While it waits it runs queued tasks itself, as Group.Wait does. Later Go
+// calls return ErrGroupDone.
 func (s *Stream) Wait() error {
 	if s == nil {
 		return errZeroGroup

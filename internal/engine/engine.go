@@ -622,6 +622,40 @@ func (e *Engine[T]) Resize(n int) {
 	e.applyLimit()
 }
 
+// Borrow takes a worker's slot for the caller, a goroutine that is not one
+// of e's workers but is about to run work of e's users on e's behalf (a
+// group's queued task, run by the goroutine that waits for the group), if
+// the limit has room for one more worker; it reports whether it did. A
+// borrowed slot counts as a live worker until Return gives it back: e
+// starts no worker in its place, so the limit holds, and Exit waits for
+// it.
+func (e *Engine[T]) Borrow() bool {
+	for {
+		v := e.workers.Load()
+		if v&exitBit != 0 || v >= e.maxWorkers.Load() {
+			return false
+		}
+		if e.workers.CompareAndSwap(v, v+1) {
+			return true
+		}
+	}
+}
+
+// AsWorker runs f on the calling goroutine marked as one of e's workers
+// (InWorker reports true inside), for a goroutine that holds a slot Borrow
+// took: what f waits for is then seen as waited for by a worker, which
+// helps or lends its slot instead of waiting for slots it holds.
+func (e *Engine[T]) AsWorker(f func()) { RunAs(e.id, Func(f)) }
+
+// Return gives back a slot that Borrow took, and starts a worker for the
+// queued tasks that the slot may have kept from starting.
+func (e *Engine[T]) Return() {
+	e.release(0)
+	if e.queued() > int64(e.searching.Load()) {
+		e.wake()
+	}
+}
+
 // Saturated reports whether every worker the limit allows is live and none
 // is parked: a task queued now may have to wait for a running one to
 // finish. It reads three words.
