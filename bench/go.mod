@@ -6,7 +6,7 @@ require (
 	github.com/alitto/pond v1.9.2
 	github.com/alitto/pond/v2 v2.7.1
 	github.com/gammazero/workerpool v1.3.0
-	github.com/gocrew/crew v0.0.0
+	github.com/gocrew/crew v0.1.0
 	github.com/panjf2000/ants/v2 v2.12.1
 	github.com/sourcegraph/conc v0.3.0
 	golang.org/x/sync v0.24.0

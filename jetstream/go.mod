@@ -3,7 +3,7 @@ module github.com/gocrew/crew/jetstream
 go 1.26.0
 
 require (
-	github.com/gocrew/crew v0.0.0
+	github.com/gocrew/crew v0.1.0
 	github.com/nats-io/nats-server/v2 v2.15.2
 	github.com/nats-io/nats.go v1.55.0
 	go.uber.org/goleak v1.3.0

@@ -5,7 +5,7 @@ go 1.26.0
 replace github.com/gocrew/crew => ../..
 
 require (
-	github.com/gocrew/crew v0.0.0-00010101000000-000000000000
+	github.com/gocrew/crew v0.1.0
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/metric v1.47.0
 	go.opentelemetry.io/otel/sdk/metric v1.47.0

@@ -5,7 +5,7 @@ go 1.26.0
 replace github.com/gocrew/crew => ../..
 
 require (
-	github.com/gocrew/crew v0.0.0-00010101000000-000000000000
+	github.com/gocrew/crew v0.1.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
 	go.uber.org/goleak v1.3.0
