@@ -5,11 +5,11 @@ import (
 	"time"
 )
 
-// ExponentialBackoff returns a backoff function for WithBackoff: the delay
-// after the n-th failed delivery is base doubled n-1 times, capped at max,
-// and then drawn at random from its upper half, [d/2, d], so that messages
-// that failed together are not all redelivered together. It panics with an
-// error wrapping crew.ErrInvalid unless 0 <= base <= max.
+// ExponentialBackoff returns a backoff function for [WithBackoff]: the
+// delay after the n-th failed delivery is base doubled n-1 times, capped at
+// max, and then drawn at random from its upper half, from d/2 to d, so that
+// messages that failed together are not all redelivered together. It
+// panics with an error wrapping [crew.ErrInvalid] unless 0 <= base <= max.
 func ExponentialBackoff(base, max time.Duration) func(delivery int) time.Duration {
 	if base < 0 || max < base {
 		panic(invalid("ExponentialBackoff(%v, %v): want 0 <= base <= max", base, max))

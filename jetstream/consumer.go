@@ -13,36 +13,42 @@ import (
 	"github.com/gocrew/crew"
 )
 
-// A Handler processes one message. Returning nil acknowledges the message;
-// an error hands it back for redelivery after a backoff, or gives it up when
-// it is Permanent or the consumer's MaxDeliver is reached; a panic gives it
-// up at once. ctx is cancelled when Run's drain timeout passes or the pool's
-// context ends.
+// A Handler processes one message for a [Consumer]. Returning nil
+// acknowledges the message; an error hands it back for redelivery after a
+// backoff ([WithBackoff]), or gives it up when it is [Permanent] or the
+// consumer's MaxDeliver is reached; a panic gives it up at once. ctx is
+// cancelled when the drain timeout of [Consumer.Run] passes or the pool's
+// context ([crew.Pool.Context]) ends.
 type Handler[T any] func(ctx context.Context, m Msg[T]) error
 
-// A Consumer feeds the messages of a JetStream pull consumer to a crew pool.
+// A Consumer feeds the messages of a JetStream pull consumer
+// ([natsjs.Consumer]) to a [crew.Pool]. Make one with [NewConsumer] and
+// start it with [Consumer.Run].
 //
-// It fetches only as many messages as it has room for (WithMaxInFlight, by
-// default the pool's worker limit up to DefaultMaxInFlight), so that the
-// server's redelivery accounting, MaxAckPending and other consumers see the
-// messages this one cannot start yet. Each message is decoded with the Codec and passed to the
-// handler on the pool; its outcome settles it:
+// It fetches only as many messages as it has room for ([WithMaxInFlight],
+// by default the pool's worker limit up to [DefaultMaxInFlight]), so that
+// the server's redelivery accounting, MaxAckPending and other consumers see
+// the messages this one cannot start yet. Each message is decoded with the
+// [Codec] into a [Msg] and passed to the [Handler] on the pool; its outcome
+// settles it:
 //
-//   - nil: Ack (DoubleAck WithDoubleAck);
-//   - an error: NakWithDelay with the backoff for its delivery count, or,
-//     on the last delivery MaxDeliver allows, give up;
-//   - a Permanent error, a panic, or a body the Codec cannot decode: give up.
+//   - nil: Ack (DoubleAck [WithDoubleAck]);
+//   - an error: NakWithDelay with the backoff for its delivery count
+//     ([WithBackoff]), or, on the last delivery MaxDeliver allows, give up;
+//   - a [Permanent] error, a panic, or a body the Codec cannot decode: give up.
 //
 // Giving up publishes the message to the dead-letter subject, if one is set
-// (WithDeadLetter), then terminates it (Term) so that it is not redelivered,
-// and reports a *MessageError to the error handler.
+// ([WithDeadLetter]), then terminates it (Term) so that it is not
+// redelivered, and reports a [MessageError] to the error handler
+// ([WithErrorHandler]).
 //
 // While a message is held, the consumer sends InProgress heartbeats for it
-// (WithHeartbeat), so long tasks are not redelivered to another consumer.
+// ([WithHeartbeat]), so long tasks are not redelivered to another consumer.
 //
 // The consumer must be a durable or named pull consumer with the explicit
-// ack policy. Any number of Consumers, in this process or others, may share
-// it; the server spreads the messages among them.
+// ack policy ([natsjs.AckExplicitPolicy]). Any number of Consumers, in this
+// process or others, may share it; the server spreads the messages among
+// them.
 type Consumer[T any] struct {
 	cons    natsjs.Consumer
 	pool    *crew.Pool
@@ -52,11 +58,13 @@ type Consumer[T any] struct {
 	n       counters
 }
 
-// NewConsumer returns a Consumer that runs handler on pool for the messages
-// of cons. Nothing happens until Run. NewConsumer panics, with an error
-// wrapping crew.ErrInvalid, if an argument or an option is nil, an option
-// is invalid, or pool was not made by crew.New: a zero crew.Pool, which
-// takes no task, is recognized by its Stats, which report no worker limit.
+// NewConsumer returns a [Consumer] that runs handler on pool for the
+// messages of cons, configured by opts ([ConsumerOption]). Nothing happens
+// until [Consumer.Run]. NewConsumer panics, with an error wrapping
+// [crew.ErrInvalid], if an argument or an option is nil, an option is
+// invalid, or pool was not made by [crew.New]: a zero [crew.Pool], which
+// takes no task, is recognized by its [crew.Pool.Stats], which report no
+// worker limit.
 func NewConsumer[T any](cons natsjs.Consumer, pool *crew.Pool, handler Handler[T], opts ...ConsumerOption) *Consumer[T] {
 	var argErr error
 	switch {
@@ -77,23 +85,23 @@ func NewConsumer[T any](cons natsjs.Consumer, pool *crew.Pool, handler Handler[T
 // Run fetches messages and processes them until ctx is cancelled, then
 // drains: it stops fetching, hands back (Nak) the messages that arrive from
 // pulls still open, waits for the messages in flight to finish, and, if the
-// drain timeout (WithDrainTimeout) passes first, cancels the handlers'
+// drain timeout ([WithDrainTimeout]) passes first, cancels the handlers'
 // context, hands back the unfinished messages and waits for the handlers to
 // return. Run returns nil after a clean drain, an error wrapping
-// ErrDrainTimeout if messages were handed back unfinished, and, after the
+// [ErrDrainTimeout] if messages were handed back unfinished, and, after the
 // same drain, the error that stopped it otherwise: the consumer was
 // deleted, the connection was closed (noticed at the next pull,
 // acknowledgement or heartbeat), the pool was stopped or its context
-// ended (an error wrapping crew.ErrStopped), or the pool refused a message
+// ended (an error wrapping [crew.ErrStopped]), or the pool refused a message
 // for another reason (its error; the message is handed back). Pulls that
 // fail for other reasons, such as a server restart, are reported to the
-// error handler and retried with backoff; a connection that is
+// error handler ([WithErrorHandler]) and retried with backoff; a connection that is
 // reconnecting is waited for.
 //
-// A Consumer runs at most once at a time; Run returns ErrRunning
+// A Consumer runs at most once at a time; Run returns [ErrRunning]
 // otherwise. It may be run again after Run returns. Run returns an error
-// wrapping crew.ErrInvalid for a nil ctx, and for a nil Consumer or one
-// not made by NewConsumer.
+// wrapping [crew.ErrInvalid] for a nil ctx, and for a nil Consumer or one
+// not made by [NewConsumer].
 func (c *Consumer[T]) Run(ctx context.Context) error {
 	if c == nil || c.cons == nil || c.pool == nil || c.handler == nil {
 		return invalid("Consumer.Run: consumer not made by NewConsumer")
@@ -118,7 +126,8 @@ func (c *Consumer[T]) Run(ctx context.Context) error {
 	return newRun(c, info).run(ctx)
 }
 
-// Stats is a snapshot of a Consumer's counters, over all its runs.
+// Stats is a snapshot of a [Consumer]'s counters, over all its runs, as
+// [Consumer.Stats] returns it.
 type Stats struct {
 	Fetched      uint64 // messages received from the server
 	Acked        uint64 // handled successfully and acknowledged
@@ -130,8 +139,8 @@ type Stats struct {
 	InFlight     int    // messages held now: fetched and not settled
 }
 
-// Stats returns a snapshot of the Consumer's counters: zeros for a nil
-// Consumer.
+// Stats returns a [Stats] snapshot of the Consumer's counters: zeros for a
+// nil Consumer.
 func (c *Consumer[T]) Stats() Stats {
 	if c == nil {
 		return Stats{}

@@ -1,25 +1,52 @@
-// Package jetstream runs crew pools on NATS JetStream, so that bounded,
+// Package jetstream runs crew pools on NATS JetStream. A [Consumer] feeds
+// the messages of a JetStream pull consumer to a [crew.Pool], and a
+// [Publisher] publishes items to a stream in batches, so that bounded,
 // panic-safe, observable execution spans many machines and a message is
 // not lost when one of them dies.
 //
-// A [Consumer] feeds a JetStream pull consumer into a crew.Pool: it fetches
-// only as many messages as it has room for, runs the handler for each on
-// the pool, acknowledges the ones handled, hands back the failed ones with
-// a backoff until the consumer's MaxDeliver, dead-letters and terminates
-// the ones that panic, sends in-progress heartbeats while tasks run, and
-// drains on shutdown. Several processes running Consumers of the same
-// durable consumer share its messages; when one dies, the server
-// redelivers the messages it held to the others once their AckWait
-// passes.
-//
-// A [Publisher] is a batch.Batcher whose flushes publish to a JetStream
-// subject and wait for the publish acknowledgements, with a message id
-// per item, so that a retried flush does not store an item twice.
-//
-// Payloads are typed: a [Codec] (JSON by default) encodes the items a
-// Publisher sends and decodes what a Consumer receives into a [Msg].
-//
 // The package's name is that of the NATS package it builds on,
-// github.com/nats-io/nats.go/jetstream; import one of them under another
-// name, for example crewjs.
+// [github.com/nats-io/nats.go/jetstream]; import one of them under another
+// name, for example crewjs. In these docs, natsjs stands for the NATS one.
+//
+// # Consuming
+//
+// Create or look up a durable pull consumer with the explicit ack policy
+// ([natsjs.AckExplicitPolicy]), make a pool with [crew.New], and pass both
+// to [NewConsumer] with a [Handler]. [Consumer.Run] then fetches and
+// processes messages until its context is cancelled, and drains:
+//
+//	pool := crew.New(16, crew.WithQueueSize(0))
+//	defer pool.Stop()
+//	c := crewjs.NewConsumer(cons, pool, func(ctx context.Context, m crewjs.Msg[Order]) error {
+//		return ship(ctx, m.Value)
+//	}, crewjs.WithDeadLetter(js, "orders.dead"))
+//	err := c.Run(ctx)
+//
+// The Consumer fetches only as many messages as it has room for
+// ([WithMaxInFlight]), runs the handler for each on the pool, acknowledges
+// the ones handled, hands back the failed ones with a backoff
+// ([WithBackoff], [ExponentialBackoff]) until the consumer's MaxDeliver,
+// dead-letters ([WithDeadLetter]) and terminates the ones that panic or
+// fail with a [Permanent] error, sends in-progress heartbeats while tasks
+// run ([WithHeartbeat]), and drains on shutdown ([WithDrainTimeout]).
+// Several processes running Consumers of the same durable consumer share
+// its messages; when one dies, the server redelivers the messages it held
+// to the others once their AckWait passes. Messages given up on are
+// reported to the error handler ([WithErrorHandler]) as a [MessageError],
+// and [Consumer.Stats] counts what happened to them.
+//
+// # Publishing
+//
+// [NewPublisher] returns a [Publisher], a [batch.Batcher] whose flushes
+// publish to a JetStream subject and wait for the publish
+// acknowledgements, with a message id per item, so that a retried flush
+// does not store an item twice. [Publisher.Add] queues an item,
+// [Publisher.Flush] publishes what was added so far, and [Publisher.Close]
+// publishes the rest and stops. [WithBatch] sets the batcher's options.
+//
+// # Payloads
+//
+// Payloads are typed: a [Codec] encodes the items a Publisher sends and
+// decodes what a Consumer receives into a [Msg]. [JSON] is the default,
+// [Bytes] passes []byte and string through, and [WithCodec] sets another.
 package jetstream

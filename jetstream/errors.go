@@ -8,20 +8,21 @@ import (
 )
 
 var (
-	// ErrRunning is returned by Consumer.Run while another Run of the same
-	// Consumer is in progress.
+	// ErrRunning is returned by [Consumer.Run] while another Run of the
+	// same [Consumer] is in progress.
 	ErrRunning = errors.New("jetstream: consumer already running")
 
-	// ErrDrainTimeout is wrapped by the error Run returns when the drain
-	// timeout passed before every message in flight was finished: the
-	// unfinished ones were handed back to the server (Nak) for redelivery.
+	// ErrDrainTimeout is wrapped by the error [Consumer.Run] returns when
+	// the drain timeout ([WithDrainTimeout]) passed before every message in
+	// flight was finished: the unfinished ones were handed back to the
+	// server (Nak) for redelivery.
 	ErrDrainTimeout = errors.New("jetstream: drain timeout")
 )
 
-// Permanent marks err as a failure that retrying cannot fix. A handler that
-// returns it (or an error wrapping it) has its message dead-lettered, if a
-// dead-letter subject is set, and terminated at once instead of being
-// redelivered. Permanent(nil) is nil.
+// Permanent marks err as a failure that retrying cannot fix. A [Handler]
+// that returns it (or an error wrapping it) has its message dead-lettered,
+// if a dead-letter subject is set ([WithDeadLetter]), and terminated at once
+// instead of being redelivered. Permanent(nil) is nil.
 func Permanent(err error) error {
 	if err == nil {
 		return nil
@@ -29,7 +30,7 @@ func Permanent(err error) error {
 	return &permanentError{err}
 }
 
-// IsPermanent reports whether err is or wraps an error made by Permanent.
+// IsPermanent reports whether err is or wraps an error made by [Permanent].
 func IsPermanent(err error) bool {
 	var p *permanentError
 	return errors.As(err, &p)
@@ -46,10 +47,11 @@ func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: jetstream."+format, append([]any{crew.ErrInvalid}, args...)...)
 }
 
-// A MessageError reports, to the error handler, a message the consumer
-// gave up on: it was dead-lettered if WithDeadLetter is set, and
-// terminated. Err is why: the handler's error, a *crew.PanicError, a
-// decoding error, or the error of a delivery beyond MaxDeliver.
+// A MessageError reports, to the error handler ([WithErrorHandler]), a
+// message the [Consumer] gave up on: it was dead-lettered if
+// [WithDeadLetter] is set, and terminated. Err is why: the handler's error,
+// a *[crew.PanicError], a decoding error, or the error of a delivery beyond
+// the consumer's MaxDeliver.
 type MessageError struct {
 	Stream       string // the stream the message is stored in
 	Sequence     uint64 // its stream sequence
@@ -59,8 +61,8 @@ type MessageError struct {
 	Err          error
 }
 
-// Error describes the message and why it was given up on. A nil
-// *MessageError's is "<nil>".
+// Error describes the message and why it was given up on, for the error
+// handler ([WithErrorHandler]). A nil *MessageError's is "<nil>".
 func (e *MessageError) Error() string {
 	if e == nil {
 		return "<nil>"
@@ -72,7 +74,8 @@ func (e *MessageError) Error() string {
 	return fmt.Sprintf("jetstream: message %s/%d (%s) %s after delivery %d: %v", e.Stream, e.Sequence, e.Subject, verb, e.Delivery, e.Err)
 }
 
-// Unwrap returns Err: nil for a nil *MessageError.
+// Unwrap returns Err, for [errors.Is] and [errors.As]: nil for a nil
+// *MessageError.
 func (e *MessageError) Unwrap() error {
 	if e == nil {
 		return nil

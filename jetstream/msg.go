@@ -5,11 +5,12 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
-// A Msg is a decoded JetStream message as a handler receives it.
+// A Msg is a decoded JetStream message as a [Handler] receives it: its
+// body decoded by the [Codec] into Value, and what the server says about it.
 //
-// The Consumer settles the message (Ack, Nak, Term) from the handler's
-// result; the handler must not do so through Raw. It may read Raw for what
-// the other fields do not carry.
+// The [Consumer] settles the message (Ack, Nak, Term) from the handler's
+// result; the handler must not do so through Raw, a [natsjs.Msg]. It may
+// read Raw for what the other fields do not carry.
 type Msg[T any] struct {
 	Value    T                  // the body, decoded by the Codec
 	Subject  string             // the subject the message was published to
@@ -19,5 +20,6 @@ type Msg[T any] struct {
 }
 
 // Delivery returns which delivery of the message this is: 1 the first time,
-// 2 after one Nak or redelivery, and so on.
+// 2 after one Nak or redelivery, and so on. It is the NumDelivered of
+// [natsjs.MsgMetadata].
 func (m Msg[T]) Delivery() int { return int(m.Metadata.NumDelivered) }

@@ -12,25 +12,29 @@ import (
 	"github.com/gocrew/crew/batch"
 )
 
-// A ConsumerOption configures NewConsumer.
+// A ConsumerOption configures [NewConsumer]. Every [Option] is one too.
 type ConsumerOption interface {
 	// applyConsumer applies the option to s, or returns why it is invalid.
 	applyConsumer(s *consumerSettings) error
 }
 
-// A PublisherOption configures NewPublisher.
+// A PublisherOption configures [NewPublisher]: [WithBatch],
+// [WithPublishTimeout], and every [Option].
 type PublisherOption interface {
 	// applyPublisher applies the option to s, or returns why it is invalid.
 	applyPublisher(s *publisherSettings) error
 }
 
-// An Option configures both a Consumer and a Publisher.
+// An Option configures both a [Consumer] and a [Publisher]: it is a
+// [ConsumerOption] and a [PublisherOption]. [WithCodec] returns one.
 type Option interface {
 	ConsumerOption
 	PublisherOption
 }
 
-// Defaults used by NewConsumer for what no option sets.
+// Defaults used by [NewConsumer] for what no option sets: see
+// [WithMaxInFlight], [WithFetchWait], [WithMaxFetch], [WithPulls],
+// [WithDrainTimeout] and [WithBackoff].
 const (
 	DefaultMaxInFlight  = 1024             // bound on the messages held, when the pool's worker limit is larger (WithMaxInFlight)
 	DefaultFetchWait    = time.Second      // how long a pull waits on the server (WithFetchWait)
@@ -48,8 +52,8 @@ const maxPull = 4096
 // minHeartbeat is the shortest interval between heartbeats.
 const minHeartbeat = time.Millisecond
 
-// DefaultPublishTimeout is how long a Publisher flush waits for the
-// publish acknowledgements of a batch, unless WithPublishTimeout says
+// DefaultPublishTimeout is how long a [Publisher] flush waits for the
+// publish acknowledgements of a batch, unless [WithPublishTimeout] says
 // otherwise.
 const DefaultPublishTimeout = 5 * time.Second
 
@@ -146,14 +150,15 @@ func (o codecOption) set(dst *Codec) error {
 	return nil
 }
 
-// WithCodec sets the Codec that encodes published items and decodes
-// consumed messages. The default is JSON.
+// WithCodec sets the [Codec] that encodes published items and decodes
+// consumed messages. The default is [JSON].
 func WithCodec(c Codec) Option { return codecOption{c} }
 
-// WithMaxInFlight bounds the messages the consumer holds at once, fetched
+// WithMaxInFlight bounds the messages the [Consumer] holds at once, fetched
 // and not yet settled, to n. The default is the pool's worker limit when
-// Run starts, so that a message never waits in the pool's queue unless the
-// pool is shared with other work, but at most DefaultMaxInFlight: a
+// [Consumer.Run] starts, so that a message never waits in the pool's queue
+// unless the pool is shared with other work, but at most
+// [DefaultMaxInFlight]: a
 // consumer never needs more messages in flight than it can fetch and
 // acknowledge while they run, and the server delivers no more than the
 // consumer's MaxAckPending (1000 by default) unacknowledged anyway. n must
@@ -163,7 +168,7 @@ func WithMaxInFlight(n int) ConsumerOption {
 }
 
 // WithMaxFetch bounds the messages asked for in one pull request to n
-// (DefaultMaxFetch). A pull asks for as many messages as there is room
+// ([DefaultMaxFetch]). A pull asks for as many messages as there is room
 // for, up to n, and never for more than 4096 (the NATS client makes room
 // for a pull's messages when it sends it) nor more than the consumer's
 // MaxRequestBatch. n must be positive.
@@ -172,7 +177,7 @@ func WithMaxFetch(n int) ConsumerOption {
 }
 
 // WithPulls sets how many pull requests may wait on the server at once
-// (DefaultPulls): while one is being filled, the next can already ask for
+// ([DefaultPulls]): while one is being filled, the next can already ask for
 // the room that finished tasks made. The consumer's MaxWaiting, the pulls
 // the server lets wait, bounds n. n must be positive.
 func WithPulls(n int) ConsumerOption {
@@ -192,7 +197,7 @@ func nonNegative(option string, d time.Duration, set func(*consumerSettings)) Co
 }
 
 // WithFetchWait sets how long a pull request waits on the server for
-// messages before it expires and a new one is sent (DefaultFetchWait). It
+// messages before it expires and a new one is sent ([DefaultFetchWait]). It
 // also bounds how long stopping waits for the pulls in progress, whose
 // late messages are handed back at once. d must be at least 10ms.
 func WithFetchWait(d time.Duration) ConsumerOption {
@@ -200,9 +205,9 @@ func WithFetchWait(d time.Duration) ConsumerOption {
 		"WithFetchWait(%v): d must be at least 10ms", d))
 }
 
-// WithDrainTimeout sets how long Run, once its context is cancelled, waits
-// for the messages in flight to finish (DefaultDrainTimeout). When it
-// passes, Run cancels the handlers' context, hands the unfinished messages
+// WithDrainTimeout sets how long [Consumer.Run], once its context is
+// cancelled, waits for the messages in flight to finish
+// ([DefaultDrainTimeout]). When it passes, Run cancels the handlers' context, hands the unfinished messages
 // back to the server (Nak) so that another consumer can take them at once,
 // and waits for the handlers to return. d must not be negative.
 func WithDrainTimeout(d time.Duration) ConsumerOption {
@@ -211,15 +216,16 @@ func WithDrainTimeout(d time.Duration) ConsumerOption {
 
 // WithBackoff sets the delay before a message whose handler failed is
 // redelivered, from the number of deliveries so far (1 after the first
-// failure). The default is ExponentialBackoff(DefaultBaseBackoff,
-// DefaultMaxBackoff). f must not be nil.
+// failure). The default is [ExponentialBackoff]([DefaultBaseBackoff],
+// [DefaultMaxBackoff]). f must not be nil.
 func WithBackoff(f func(delivery int) time.Duration) ConsumerOption {
 	return consumerOption(checked(f != nil, func(s *consumerSettings) { s.backoff = f }, "WithBackoff(nil)"))
 }
 
-// WithHeartbeat sets how often the consumer tells the server that messages
-// it holds are still being worked on (InProgress), which restarts their
-// AckWait so that long tasks are not redelivered elsewhere. A ticker fires
+// WithHeartbeat sets how often the [Consumer] tells the server that
+// messages it holds are still being worked on ([natsjs.Msg.InProgress]),
+// which restarts their AckWait so that long tasks are not redelivered
+// elsewhere. A ticker fires
 // every interval and sends the notice for each message held for at least
 // half an interval since its arrival or its last notice, so a message waits
 // at most about an interval between notices, from the pool's queue to the
@@ -235,19 +241,19 @@ func WithHeartbeat(d time.Duration) ConsumerOption {
 	})
 }
 
-// WithDeadLetter publishes, through js, every message that the consumer
+// WithDeadLetter publishes, through js, every message that the [Consumer]
 // gives up on to subject before terminating it: a message whose handler
-// panicked, whose handler returned a Permanent error, that could not be
+// panicked, whose handler returned a [Permanent] error, that could not be
 // decoded, or whose last delivery allowed by the consumer's MaxDeliver
 // failed. The dead letter keeps the body and headers and adds the headers
-// listed with HeaderError. It is published with a message id made of the
+// listed with [HeaderError]. It is published with a message id made of the
 // stream name and sequence, so that dead-lettering the same message twice
 // stores it once. If the publish fails, the message is handed back for
 // redelivery instead of terminated, except on the last delivery MaxDeliver
 // allows, which the server would not redeliver: the message is then
 // terminated and the failure reported. Without this option such messages
 // are only terminated. js must not be nil, and subject must be a subject
-// one can publish to (see NewPublisher).
+// one can publish to (see [NewPublisher]).
 func WithDeadLetter(js natsjs.JetStream, subject string) ConsumerOption {
 	return consumerOption(func(s *consumerSettings) error {
 		if js == nil {
@@ -284,16 +290,17 @@ func checkSubject(subject string) error {
 
 // WithErrorHandler sets the function that receives what goes wrong outside
 // handlers' return values: failed pulls (before they are retried), failed
-// acknowledgements and dead-letter publishes, recovered panics (as a
-// *crew.PanicError, with the stack), and messages given up on. It is called
-// from the consumer's goroutines and must not block for long. The default
-// logs with package log. h must not be nil.
+// acknowledgements and dead-letter publishes, and messages given up on. A
+// message given up on arrives as a [MessageError]; for a recovered panic its
+// Err is a *[crew.PanicError] with the stack, which [errors.As] finds. h is
+// called from the [Consumer]'s goroutines and must not block for long. The
+// default logs with package [log]. h must not be nil.
 func WithErrorHandler(h func(error)) ConsumerOption {
 	return consumerOption(checked(h != nil, func(s *consumerSettings) { s.onError = h }, "WithErrorHandler(nil)"))
 }
 
-// WithDoubleAck makes the consumer wait for the server to confirm each
-// acknowledgement (DoubleAck) before it takes another message in the freed
+// WithDoubleAck makes the [Consumer] wait for the server to confirm each
+// acknowledgement ([natsjs.Msg.DoubleAck]) before it takes another message in the freed
 // slot, so that a message reported as acknowledged cannot be redelivered.
 // It costs a round trip per message; by default acknowledgements are sent
 // without waiting, and one lost in a disconnection makes the message come
@@ -305,10 +312,10 @@ func WithDoubleAck() ConsumerOption {
 	})
 }
 
-// WithBatch sets the options of the Publisher's batch.Batcher. They come
-// after the Publisher's defaults (batch.WithRetry(5, 100ms, 2s)), so they
-// override them. Give a batch.WithErrorHandler for the item type to receive
-// the items whose last flush failed.
+// WithBatch sets the options of the [Publisher]'s [batch.Batcher]. They
+// come after the Publisher's defaults ([batch.WithRetry](5, 100ms, 2s)), so
+// they override them. Give a [batch.WithErrorHandler] for the item type to
+// receive the items whose last flush failed.
 func WithBatch(opts ...batch.Option) PublisherOption {
 	return publisherOption(func(s *publisherSettings) error {
 		s.batch = append(s.batch, opts...)
@@ -316,8 +323,8 @@ func WithBatch(opts ...batch.Option) PublisherOption {
 	})
 }
 
-// WithPublishTimeout bounds how long a flush waits for the publish
-// acknowledgements of its batch (DefaultPublishTimeout); the flush fails
+// WithPublishTimeout bounds how long a [Publisher] flush waits for the
+// publish acknowledgements of its batch ([DefaultPublishTimeout]); the flush fails
 // with the ones still missing, and is retried. d must be positive.
 func WithPublishTimeout(d time.Duration) PublisherOption {
 	return publisherOption(checked(d > 0, func(s *publisherSettings) { s.timeout = d },

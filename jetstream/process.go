@@ -15,7 +15,7 @@ import (
 	"github.com/gocrew/crew"
 )
 
-// Headers added to a dead letter.
+// Headers added to a dead letter: see [WithDeadLetter].
 const (
 	HeaderError    = "Crew-Error"    // why the message was given up on
 	HeaderStream   = "Crew-Stream"   // the stream it came from

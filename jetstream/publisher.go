@@ -16,25 +16,28 @@ import (
 )
 
 // A Publisher publishes items to a JetStream subject in batches, through a
-// batch.Batcher whose flush publishes every item of a batch and waits for
-// the server to acknowledge each one.
+// [batch.Batcher] whose flush publishes every item of a batch and waits for
+// the server to acknowledge each one. Make one with [NewPublisher], queue
+// items with [Publisher.Add], and stop it with [Publisher.Close].
 //
 // Each message carries a message id (the Nats-Msg-Id header) computed from
 // its item, and the stream drops a message whose id it stored within its
-// duplicate window (StreamConfig.Duplicates, two minutes by default). A
+// duplicate window (the Duplicates of [natsjs.StreamConfig], two minutes by
+// default). A
 // flush that failed, for example because some acknowledgements did not
 // arrive in time, is retried with the same ids, so the items that were
 // stored the first time are not stored twice. The window must therefore be
 // longer than the time a batch may spend being retried.
 //
-// A failed flush is retried as batch.WithRetry says (by default 5 attempts,
-// 100ms to 2s apart; see WithBatch), and the items of a batch whose last
-// attempt failed go to the batch's error handler.
+// A failed flush is retried as [batch.WithRetry] says (by default 5
+// attempts, 100ms to 2s apart; see [WithBatch]), and the items of a batch
+// whose last attempt failed go to the batch's error handler
+// ([batch.WithErrorHandler]).
 //
-// Once Close has been called, Add, Flush and Close return batch.ErrClosed.
-// Given a nil context, and on a nil Publisher or one not made by
-// NewPublisher, they return an error wrapping crew.ErrInvalid and do
-// nothing; Stats then returns zeros.
+// Once Close has been called, Add, Flush and Close return
+// [batch.ErrClosed]. Given a nil context, and on a nil Publisher or one not
+// made by NewPublisher, they return an error wrapping [crew.ErrInvalid] and
+// do nothing; [Publisher.Stats] then returns zeros.
 type Publisher[T any] struct {
 	js      natsjs.JetStream
 	subject string
@@ -51,21 +54,23 @@ type Publisher[T any] struct {
 	afterPublish func() error
 }
 
-// PublisherStats is a snapshot of a Publisher's counters.
+// PublisherStats is a snapshot of a [Publisher]'s counters, as
+// [Publisher.Stats] returns it.
 type PublisherStats struct {
 	Stored     uint64      // messages the stream stored
 	Duplicates uint64      // messages the stream dropped as duplicates of stored ones
 	Batch      batch.Stats // the batcher's counters
 }
 
-// NewPublisher returns a Publisher of items to subject, which must belong
-// to a stream. id returns the message id of an item: the same item must get
-// the same id, and different items different ids; an empty id fails the
-// item's flush with an error wrapping crew.ErrInvalid. If id is nil, the id
+// NewPublisher returns a [Publisher] of items to subject, which must belong
+// to a stream, publishing through js, configured by opts
+// ([PublisherOption]). id returns the message id of an item: the same item
+// must get the same id, and different items different ids; an empty id
+// fails the item's flush with an error wrapping [crew.ErrInvalid]. If id is nil, the id
 // is a hash of the subject and the encoded item, so two equal items
 // published within the duplicate window are stored once.
 //
-// NewPublisher panics, with an error wrapping crew.ErrInvalid, if js is nil,
+// NewPublisher panics, with an error wrapping [crew.ErrInvalid], if js is nil,
 // subject cannot be published to (it is empty, contains white space, an
 // empty token or a wildcard), or an option is nil or invalid.
 func NewPublisher[T any](js natsjs.JetStream, subject string, id func(T) string, opts ...PublisherOption) *Publisher[T] {
@@ -84,8 +89,9 @@ func NewPublisher[T any](js natsjs.JetStream, subject string, id func(T) string,
 }
 
 // Add queues item for publishing. It returns once the item is accepted,
-// before it is published; see batch.Batcher.Add for when it waits and
-// the errors it returns (batch.ErrClosed once Close has been called).
+// before it is published; see [batch.Batcher.Add] for when it waits and the
+// errors it returns ([batch.ErrClosed] once [Publisher.Close] has been
+// called).
 func (p *Publisher[T]) Add(ctx context.Context, item T) error {
 	if err := p.check(ctx, "Add"); err != nil {
 		return err
@@ -94,7 +100,7 @@ func (p *Publisher[T]) Add(ctx context.Context, item T) error {
 }
 
 // Flush publishes the items added so far and waits for them; see
-// batch.Batcher.Flush.
+// [batch.Batcher.Flush].
 func (p *Publisher[T]) Flush(ctx context.Context) error {
 	if err := p.check(ctx, "Flush"); err != nil {
 		return err
@@ -103,7 +109,7 @@ func (p *Publisher[T]) Flush(ctx context.Context) error {
 }
 
 // Close publishes what is left, waits for it and stops the Publisher; see
-// batch.Batcher.Close. It does not close the NATS connection.
+// [batch.Batcher.Close]. It does not close the NATS connection.
 func (p *Publisher[T]) Close(ctx context.Context) error {
 	if err := p.check(ctx, "Close"); err != nil {
 		return err
@@ -124,8 +130,8 @@ func (p *Publisher[T]) check(ctx context.Context, method string) error {
 	return nil
 }
 
-// Stats returns a snapshot of the Publisher's counters: zeros for a nil
-// Publisher or one not made by NewPublisher.
+// Stats returns a [PublisherStats] snapshot of the Publisher's counters:
+// zeros for a nil Publisher or one not made by [NewPublisher].
 func (p *Publisher[T]) Stats() PublisherStats {
 	if p == nil || p.b == nil {
 		return PublisherStats{}

@@ -1,12 +1,21 @@
 // Package crewexpvar publishes the statistics of crew pools with the
-// standard library's expvar package, and so at /debug/vars.
+// standard library's [expvar] package, and so as JSON at /debug/vars. It
+// lives outside package crew because importing expvar registers the
+// /debug/vars handler on [net/http.DefaultServeMux]: only programs that
+// import crewexpvar get it. Like crew, it imports only the standard
+// library.
+//
+// [Publish] publishes a [crew.Pool] under a name, for the rest of the
+// program:
 //
 //	p := crew.New(64, crew.WithName("mailer"), crew.WithLatency())
 //	crewexpvar.Publish("crew.mailer", p)
 //
-// It lives outside package crew because importing expvar registers the
-// /debug/vars handler on http.DefaultServeMux: only programs that import
-// crewexpvar get it. Like crew, it imports only the standard library.
+// [Func] returns the same variable without publishing it, to put in an
+// [expvar.Map] or publish under a name of one's own, and [Read] returns a
+// pool's [Snapshot] directly. A Snapshot holds the pool's [crew.Stats]
+// and, for a pool built [crew.WithLatency], the [Quantiles] of its queue
+// wait and run time.
 package crewexpvar
 
 import (
@@ -17,9 +26,10 @@ import (
 	"github.com/gocrew/crew"
 )
 
-// Snapshot is what a published pool reports, as JSON. Durations are in
-// nanoseconds. Wait and Run are present only for a pool built
-// crew.WithLatency.
+// Snapshot is what a published pool reports, as JSON: [Read] returns it,
+// and the variable of [Func] and [Publish] encodes it. The counts are those
+// of [crew.Stats]. Durations are in nanoseconds. Wait and Run are present
+// only for a pool built [crew.WithLatency].
 type Snapshot struct {
 	Name       string     `json:"name,omitempty"`
 	MaxWorkers int        `json:"max_workers"`
@@ -36,8 +46,9 @@ type Snapshot struct {
 	Run        *Quantiles `json:"run,omitempty"`
 }
 
-// Quantiles summarises a crew.HistogramSnapshot. Each quantile is within
-// crew.HistogramRelativeError of the exact one; Max is exact.
+// Quantiles summarises a [crew.HistogramSnapshot], the queue wait or run
+// time of a [Snapshot]. Each quantile is within
+// [crew.HistogramRelativeError] of the exact one; Max is exact.
 type Quantiles struct {
 	Count  uint64        `json:"count"`
 	SumNs  time.Duration `json:"sum_ns"`
@@ -60,12 +71,13 @@ func quantiles(s crew.HistogramSnapshot) *Quantiles {
 	}
 }
 
-// Read returns p's statistics now: Pool.Stats, and Pool.Latency when p
-// records latency. It costs a Stats call and, WithLatency, two histogram
-// snapshots (a few microseconds). A stopped pool reports its counts as
-// Stop left them. Like Pool.Stats, Read reports zeros for a nil or zero
-// crew.Pool, not made by crew.New: the zero Snapshot, whose MaxWorkers of
-// 0 no pool made by crew.New has.
+// Read returns p's statistics now as a [Snapshot]: [crew.Pool.Stats], and
+// [crew.Pool.Latency] when p records latency. It costs a Stats call and,
+// for a pool built [crew.WithLatency], two histogram snapshots. A stopped
+// pool reports its counts as [crew.Pool.Stop] left them. Like Pool.Stats,
+// Read reports zeros for a nil or zero [crew.Pool], not made by
+// [crew.New]: the zero Snapshot, whose MaxWorkers of 0 no pool made by
+// crew.New has.
 func Read(p *crew.Pool) Snapshot {
 	st := p.Stats()
 	s := Snapshot{
@@ -87,14 +99,14 @@ func Read(p *crew.Pool) Snapshot {
 	return s
 }
 
-// Func returns an expvar.Var that reports Read(p) each time it is read,
-// for use in an expvar.Map or with expvar.Publish under a name of your
-// choice. Nothing is computed until the variable is read. A stopped pool
-// may be exported: it reports its counts as Stop left them.
+// Func returns an [expvar.Var] that reports [Read](p) each time it is
+// read, for use in an [expvar.Map] or with [expvar.Publish] under a name of
+// your choice. Nothing is computed until the variable is read. A stopped
+// pool may be exported: it reports its counts as Stop left them.
 //
 // Like make given a negative size, Func panics with an error wrapping
-// crew.ErrInvalid if p is nil or a zero crew.Pool, not made by crew.New,
-// which would report zeros forever.
+// [crew.ErrInvalid] if p is nil or a zero [crew.Pool], not made by
+// [crew.New], which would report zeros forever.
 func Func(p *crew.Pool) expvar.Func {
 	if err := checkPool("Func", p); err != nil {
 		panic(err)
@@ -102,12 +114,12 @@ func Func(p *crew.Pool) expvar.Func {
 	return func() any { return Read(p) }
 }
 
-// Publish publishes Func(p) under name. A published variable cannot be
-// removed, so publish long-lived pools only; a stopped pool may be
-// published and reports its counts as Stop left them.
+// Publish publishes [Func](p) under name, with [expvar.Publish]. A
+// published variable cannot be removed, so publish long-lived pools only; a
+// stopped pool may be published and reports its counts as Stop left them.
 //
 // Publish panics, publishing nothing, with an error wrapping
-// crew.ErrInvalid if p is nil or a zero crew.Pool (as Func does), if
+// [crew.ErrInvalid] if p is nil or a zero [crew.Pool] (as Func does), if
 // name is empty, or if name is taken, as expvar.Publish panics on a name
 // published already (crewexpvar's own, another pool's or any other
 // variable's, such as "memstats").

@@ -1,16 +1,22 @@
 // Package crewotel exports the statistics of crew pools as OpenTelemetry
-// metrics.
+// metrics. All its instruments are asynchronous: the meter's reader calls
+// back when it collects, and the pools pay nothing for being exported
+// between collections.
+//
+// [Register] creates the instruments on a [metric.Meter] and reports the
+// given [crew.Pool] values at each collection until the returned
+// [metric.Registration] is unregistered:
 //
 //	p := crew.New(64, crew.WithName("mailer"), crew.WithLatency())
 //	reg, err := crewotel.Register(otel.Meter("myapp"), p)
 //	...
 //	defer reg.Unregister()
 //
-// All instruments are asynchronous: the meter's reader calls back when it
-// collects, and the pools pay nothing for being exported between
-// collections. Every data point carries the attribute crew.pool, the
-// pool's name (crew.WithName); pools registered together need distinct
-// names, which Register checks.
+// Every data point carries the attribute crew.pool ([PoolKey]), the pool's
+// name ([crew.WithName]); pools registered together need distinct names,
+// which Register checks. The latency quantiles carry the attribute
+// quantile ([QuantileKey]) as well, one data point for each of
+// [Quantiles].
 //
 // Instruments, for each pool:
 //
@@ -25,7 +31,7 @@
 //	crew.pool.tasks.panicked   Counter {task}          tasks that panicked
 //	crew.pool.tasks.dropped    Counter {task}          queued tasks that Shutdown removed
 //
-// and for pools built crew.WithLatency:
+// and for pools built [crew.WithLatency]:
 //
 //	crew.pool.task.wait.duration  Gauge s    queue wait quantiles: attribute quantile = 0.5, 0.9, 0.99, 1 (the maximum)
 //	crew.pool.task.run.duration   Gauge s    run time quantiles, likewise
@@ -33,8 +39,9 @@
 //	crew.pool.task.run.time       Counter s  total run time of the tasks that finished
 //
 // OpenTelemetry has no asynchronous histogram, so the latency is exported
-// as the quantiles crew computes (each within crew.HistogramRelativeError,
-// 3.125%, of the exact value; the maximum exactly), over the pool's whole
+// as the quantiles crew computes (each within
+// [crew.HistogramRelativeError], 3.125%, of the exact value; the maximum
+// exactly), over the pool's whole
 // life, plus totals from which a backend can derive the mean over any
 // interval.
 package crewotel
@@ -51,18 +58,20 @@ import (
 	"go.opentelemetry.io/otel/metric"
 )
 
-// PoolKey is the attribute that names the pool of a data point.
+// PoolKey is the attribute that names the pool of a data point: the
+// pool's [crew.Pool.Name].
 const PoolKey = attribute.Key("crew.pool")
 
 // QuantileKey is the attribute that names the quantile of a latency data
-// point: 0.5, 0.9, 0.99, or 1 for the maximum.
+// point: one of [Quantiles], by default 0.5, 0.9, 0.99, and 1 for the
+// maximum.
 const QuantileKey = attribute.Key("quantile")
 
-// Quantiles are the quantiles exported for each latency histogram. Each
-// Register reads them once: changing them later does not change what a
-// registration reports. Register returns an error wrapping crew.ErrInvalid
-// if one is NaN or outside [0, 1], or appears twice; empty, only the
-// latency totals are exported.
+// Quantiles are the quantiles exported for each latency histogram, each
+// under its [QuantileKey]. Each [Register] reads them once: changing them
+// later does not change what a registration reports. Register returns an
+// error wrapping [crew.ErrInvalid] if one is NaN or outside 0 to 1, or
+// appears twice; empty, only the latency totals are exported.
 var Quantiles = []float64{0.5, 0.9, 0.99, 1}
 
 // A stat is an instrument whose value is read from crew.Stats.
@@ -101,20 +110,21 @@ type pool struct {
 	quant []metric.MeasurementOption // crew.pool and quantile, per Quantiles
 }
 
-// Register creates crewotel's instruments on meter and a callback that
-// reports pools at each collection, and returns the callback's
-// registration: Unregister it to stop reporting. Each collection costs a
-// Stats call per pool and, for pools built WithLatency, two histogram
-// snapshots (a few microseconds each). A pool stopped before or after
-// Register is still reported, with its counts as Stop left them.
+// Register creates crewotel's instruments on meter, a [metric.Meter], and
+// a callback that reports pools at each collection, and returns the
+// callback's [metric.Registration]: Unregister it to stop reporting. Each
+// collection costs a [crew.Pool.Stats] call per pool and, for pools built
+// [crew.WithLatency], two histogram snapshots. A pool stopped before or
+// after Register is still reported, with its counts as [crew.Pool.Stop]
+// left them.
 //
-// Register returns an error wrapping crew.ErrInvalid, and creates
+// Register returns an error wrapping [crew.ErrInvalid], and creates
 // nothing, when its arguments cannot be exported correctly: a nil meter;
-// no pools; a nil pool or a zero crew.Pool, not made by crew.New; the
+// no pools; a nil pool or a zero crew.Pool, not made by [crew.New]; the
 // same pool twice; two pools with the same name, whose data points would
 // carry the same attributes and be added together (at most one pool may be
 // unnamed); a name that is not valid UTF-8, which OTLP cannot encode;
-// or an invalid Quantiles. It returns the meter's error if the
+// or an invalid [Quantiles]. It returns the meter's error if the
 // meter cannot create an instrument or register the callback.
 //
 // The data points of two registrations on one meter are added together

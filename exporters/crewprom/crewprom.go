@@ -1,12 +1,18 @@
-// Package crewprom exports the statistics of crew pools to Prometheus.
+// Package crewprom exports the statistics of crew pools to Prometheus. Its
+// [Collector], a [prometheus.Collector], reads the pools when Prometheus
+// scrapes, not when tasks run: a pool pays nothing for being exported.
+//
+// Make a Collector for the program's [crew.Pool] values with
+// [NewCollector] and register it with a [prometheus.Registerer]:
 //
 //	p := crew.New(64, crew.WithName("mailer"), crew.WithLatency())
 //	prometheus.MustRegister(crewprom.NewCollector([]*crew.Pool{p}))
 //
-// Every metric carries the label pool, the pool's name (crew.WithName);
+// Every metric carries the label pool, the pool's name ([crew.WithName]);
 // pools collected together need distinct names, which NewCollector checks.
-// The collector reads the pools when Prometheus scrapes, not when tasks
-// run: a pool pays nothing for being exported.
+// [WithNamespace] replaces the prefix crew of the metric names, and
+// [WithBuckets] the bounds of the latency histograms' buckets
+// ([DefaultBuckets]).
 //
 // Metrics, for each pool:
 //
@@ -23,10 +29,10 @@
 //	crew_pool_task_wait_seconds        histogram  time from submission to start (WithLatency)
 //	crew_pool_task_run_seconds         histogram  time from start to return (WithLatency)
 //
-// The histograms are made at scrape time from crew's own, which keep far
-// finer buckets: an observation is counted in a Prometheus bucket by the
-// value crew reports for it, within crew.HistogramRelativeError (3.125%)
-// of the true one.
+// The histograms, for pools built [crew.WithLatency], are made at scrape
+// time from crew's own, which keep far finer buckets: an observation is
+// counted in a Prometheus bucket by the value crew reports for it, within
+// [crew.HistogramRelativeError] (3.125%) of the true one.
 package crewprom
 
 import (
@@ -42,24 +48,25 @@ import (
 
 // DefaultBuckets are the upper bounds, in seconds, of the latency
 // histograms' buckets: 1, 2.5 and 5 times each power of ten from a
-// microsecond to 10 seconds. NewCollector copies them: changing them
-// later does not change a Collector already made.
+// microsecond to 10 seconds. [WithBuckets] replaces them for one
+// Collector. [NewCollector] copies them: changing them later does not
+// change a Collector already made.
 var DefaultBuckets = []float64{
 	1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4,
 	1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
 }
 
-// An Option configures a Collector. Options never panic when called:
-// NewCollector panics, with an error wrapping crew.ErrInvalid, when given
-// a nil or invalid one. A later option replaces what an earlier one of
+// An Option configures a [Collector]: [WithBuckets] and [WithNamespace].
+// Options never panic when called: [NewCollector] panics, with an error
+// wrapping [crew.ErrInvalid], when given a nil or invalid one. A later option replaces what an earlier one of
 // the same kind set.
 type Option func(*Collector)
 
 // WithBuckets sets the upper bounds, in seconds and in increasing order,
-// of the latency histograms' buckets (DefaultBuckets if not set). A bound
+// of the latency histograms' buckets ([DefaultBuckets] if not set). A bound
 // of +Inf may end the list; Prometheus adds that bucket anyway, so
-// WithBuckets(math.Inf(1)) exports only each histogram's count and sum.
-// NewCollector panics with an error wrapping crew.ErrInvalid if no bound
+// WithBuckets([math.Inf](1)) exports only each histogram's count and sum.
+// [NewCollector] panics with an error wrapping [crew.ErrInvalid] if no bound
 // is given, or if a bound is NaN, negative or not above the one before it.
 // WithBuckets copies upper.
 func WithBuckets(upper ...float64) Option {
@@ -67,16 +74,16 @@ func WithBuckets(upper ...float64) Option {
 }
 
 // WithNamespace replaces the metric name prefix "crew": the metrics are
-// named ns_pool_workers and so on. NewCollector panics with an error
-// wrapping crew.ErrInvalid unless ns follows Prometheus' metric name rules
+// named ns_pool_workers and so on. [NewCollector] panics with an error
+// wrapping [crew.ErrInvalid] unless ns follows Prometheus' metric name rules
 // for exporters: ASCII letters, digits and underscores, not starting with
 // a digit, and not empty (Prometheus reserves colons for recording rules).
 func WithNamespace(ns string) Option {
 	return func(c *Collector) { c.ns = ns }
 }
 
-// A Collector is a prometheus.Collector that reports crew pools. It must
-// be made with NewCollector; its methods are safe for concurrent use.
+// A Collector is a [prometheus.Collector] that reports crew pools. It must
+// be made with [NewCollector]; its methods are safe for concurrent use.
 //
 // A registry refuses a second Collector with the same namespace (its
 // metrics are described already): collect every pool of a registry in one
@@ -117,17 +124,18 @@ type statMetric struct {
 	desc *prometheus.Desc
 }
 
-// NewCollector returns a Collector for pools. Register it with a
-// prometheus.Registerer; it reads the pools at every scrape (a Stats call
-// per pool and, for pools built WithLatency, two histogram snapshots: a
-// few microseconds each). A pool stopped before or after NewCollector is
-// still reported, with its counts as Stop left them. NewCollector keeps
-// its own copy of the slice pools.
+// NewCollector returns a [Collector] for pools, configured by opts
+// ([WithBuckets], [WithNamespace]). Register it with a
+// [prometheus.Registerer]; it reads the pools at every scrape (a
+// [crew.Pool.Stats] call per pool and, for pools built [crew.WithLatency],
+// two histogram snapshots). A pool stopped before or after NewCollector is
+// still reported, with its counts as [crew.Pool.Stop] left them.
+// NewCollector keeps its own copy of the slice pools.
 //
 // Like make given a negative size, NewCollector panics, with an error
-// wrapping crew.ErrInvalid that names the mistake, when its arguments
+// wrapping [crew.ErrInvalid] that names the mistake, when its arguments
 // cannot be exported correctly: no pools (a nil or empty slice); a nil
-// pool or a zero crew.Pool, not made by crew.New; the same pool twice;
+// pool or a zero crew.Pool, not made by [crew.New]; the same pool twice;
 // two pools with the same name, which would report under the same label
 // (at most one pool may be unnamed); a name that is not valid UTF-8; a
 // nil option; or an invalid WithBuckets or WithNamespace.
@@ -161,10 +169,10 @@ var errNotMade = fmt.Errorf("%w: crewprom: a nil or zero Collector: make it with
 // made reports whether c was made by NewCollector.
 func (c *Collector) made() bool { return c != nil && c.run != nil }
 
-// Describe sends the descriptors of every metric the Collector reports.
-// On a nil or zero Collector (not made by NewCollector) it sends instead
-// one invalid descriptor, with an error wrapping crew.ErrInvalid that
-// Registerer.Register returns. Describe panics with such an error if ch is
+// Describe sends the descriptors of every metric the Collector reports,
+// as [prometheus.Collector] requires. On a nil or zero Collector (not made
+// by [NewCollector]) it sends instead one invalid descriptor, with an error
+// wrapping [crew.ErrInvalid] that [prometheus.Registerer.Register] returns. Describe panics with such an error if ch is
 // nil, where a send would block forever.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	if ch == nil {
@@ -181,9 +189,10 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.run
 }
 
-// Collect reads every pool and sends its metrics. On a nil or zero
-// Collector (not made by NewCollector) it sends instead one invalid
-// metric, whose error, wrapping crew.ErrInvalid, Gatherer.Gather reports.
+// Collect reads every pool and sends its metrics, as
+// [prometheus.Collector] requires. On a nil or zero Collector (not made by
+// [NewCollector]) it sends instead one invalid metric, whose error,
+// wrapping [crew.ErrInvalid], [prometheus.Gatherer.Gather] reports.
 // Collect panics with such an error if ch is nil, where a send would
 // block forever.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
