@@ -28,11 +28,12 @@
 // group's limit.
 //
 // One [Option] type configures every pool ([New], [NewFunc],
-// [NewFuncWithState]); groups take [GroupOption]s, and the layers their
-// own. No option panics when called: the constructor that is given an
-// invalid or nil option panics with an error wrapping [ErrInvalid] that
-// names it, as make does for a negative size, and the functions that
-// return an error ([Map], [ForEach], ...) return that error instead.
+// [NewFuncWithState]); groups take a [GroupOption], and the layers their
+// own ([KeyedOption], [PriorityOption]). No option panics when called: the
+// constructor that is given an invalid or nil option panics with an error
+// wrapping [ErrInvalid] that names it, as make does for a negative size,
+// and the functions that return an error ([Map], [ForEach], ...) return
+// that error instead.
 //
 // # Stopping
 //
@@ -59,7 +60,7 @@
 // A panic in a task is recovered by default: a Submit task's Wait returns
 // it as a [*PanicError] with the stack; a Go task's goes to the handler
 // set [WithPanicHandler] (by default it is logged). [WithCrashOnPanic]
-// lets panics crash the program instead. A task that calls runtime.Goexit
+// lets panics crash the program instead. A task that calls [runtime.Goexit]
 // ends its worker, which is replaced as work needs; its Task reports
 // [ErrGoexit].
 //
@@ -68,7 +69,7 @@
 // [Group] runs related tasks on a pool with errgroup's semantics: the
 // first error cancels the group's context and tasks still queued for it
 // never start. [ResultGroup], [Map], [MapErr] and [ForEach] (and their
-// iter.Seq forms) return results in submission order; [Stream] runs tasks
+// [iter.Seq] forms) return results in submission order; [Stream] runs tasks
 // concurrently and their callbacks one at a time, in order. A group never
 // holds a pool worker while it waits for its own limit, and its Wait runs
 // queued tasks itself in a slot of the pool's, so groups nest on one pool
@@ -82,11 +83,12 @@
 // # Observability
 //
 // Every option here is off by default, and a pool without them runs the
-// same code. [WithName] labels a pool's workers for pprof and runtime/trace;
-// [WithHooks] calls functions on task start and finish, panics, drops and
-// worker start and retirement; [WithLatency] keeps queue-wait and run-time
-// histograms; [WithLogger] logs through log/slog. Hooks and histograms cost
-// a few clock reads per task (and, on a Pool, one allocation).
+// same code. [WithName] labels a pool's workers for [runtime/pprof] and
+// [runtime/trace]; [WithHooks] calls functions on task start and finish,
+// panics, drops and worker start and retirement ([Hooks]); [WithLatency]
+// keeps queue-wait and run-time histograms; [WithLogger] logs through
+// [log/slog]. Hooks and histograms cost a few clock reads per task (and,
+// on a Pool, one allocation).
 //
 // # Cost
 //

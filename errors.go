@@ -52,17 +52,17 @@ func (e *PanicError) Error() string {
 	return fmt.Sprintf("crew: task panicked: %v\n\n%s", e.Value, e.Stack)
 }
 
-// Unwrap returns the panic value if it is an error, so that errors.Is and
-// errors.As see through a recovered panic(err).
+// Unwrap returns the panic value if it is an error, so that [errors.Is] and
+// [errors.As] see through a recovered panic(err).
 func (e *PanicError) Unwrap() error {
 	err, _ := e.Value.(error)
 	return err
 }
 
-// ShutdownError reports that Shutdown's context ended before every task
-// had returned: Dropped queued tasks never started (none, if only running
-// tasks were left), and the running ones saw the pool's context cancelled.
-// It unwraps to the context's error.
+// ShutdownError reports that [Pool.Shutdown]'s context ended before every
+// task had returned: Dropped queued tasks never started (none, if only
+// running tasks were left), and the running ones saw the pool's context
+// cancelled. It unwraps to the context's error.
 type ShutdownError struct {
 	Dropped int   // queued tasks this call removed without running; steps count as tasks (see Stats)
 	Err     error // the context's error

@@ -82,6 +82,46 @@ func ExamplePool_GoContext() {
 	// Output: context deadline exceeded
 }
 
+// TrySubmit never waits: a caller that must not block, such as a request
+// handler, sheds the work when the pool has no room for it.
+func ExamplePool_TrySubmit() {
+	p := crew.New(1, crew.WithQueueSize(1))
+	defer p.Stop()
+
+	started, release := make(chan struct{}), make(chan struct{})
+	p.Go(func() { close(started); <-release }) // occupies the only worker
+	<-started
+	p.Go(func() {}) // fills the queue
+
+	t, ok := p.TrySubmit(func(ctx context.Context) error { return nil })
+	fmt.Println(ok, errors.Is(t.Wait(), crew.ErrQueueFull)) // refused: the Task says why
+
+	close(release)
+	p.Wait()
+	t, ok = p.TrySubmit(func(ctx context.Context) error { return nil })
+	fmt.Println(ok, t.Wait())
+	// Output:
+	// false true
+	// true <nil>
+}
+
+// SubmitContext waits for room in a full queue only until its context
+// ends; the Task then reports the context's error.
+func ExamplePool_SubmitContext() {
+	release := make(chan struct{})
+	p := crew.New(1, crew.WithQueueSize(0))
+	defer p.Stop()
+	defer close(release)
+	p.Go(func() { <-release }) // the only worker is busy, and there is no queue
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancel()
+	t := p.SubmitContext(ctx, func(ctx context.Context) error { return nil })
+	err := t.Wait()
+	fmt.Println(errors.Is(err, context.DeadlineExceeded))
+	// Output: true
+}
+
 func ExamplePool_Shutdown() {
 	p := crew.New(1)
 	started := make(chan struct{})
@@ -101,6 +141,25 @@ func ExamplePool_Shutdown() {
 	var se *crew.ShutdownError
 	fmt.Println(errors.As(err, &se), se.Dropped, errors.Is(err, context.DeadlineExceeded))
 	// Output: true 5 true
+}
+
+// Done lets a goroutine that does not stop the pool learn that it has
+// ended, to release what the pool's tasks used.
+func ExamplePool_Done() {
+	p := crew.New(2)
+	cleanedUp := make(chan struct{})
+	go func() {
+		<-p.Done() // every queued task has run (Stop) or been dropped (Shutdown)
+		fmt.Println("pool done: closing connections")
+		close(cleanedUp)
+	}()
+
+	p.Go(func() { fmt.Println("task") })
+	p.Stop()
+	<-cleanedUp
+	// Output:
+	// task
+	// pool done: closing connections
 }
 
 func ExamplePool_Wait() {

@@ -7,23 +7,24 @@ import (
 	"github.com/gocrew/crew/internal/engine"
 )
 
-// A FuncPool runs one function, given to NewFunc or NewFuncWithState, on
-// values of type T: Invoke(v) queues v itself, not a closure, so
+// A FuncPool runs one function, given to [NewFunc] or [NewFuncWithState],
+// on values of type T: Invoke(v) queues v itself, not a closure, so
 // submitting allocates nothing. It is the typed counterpart of ants'
-// PoolWithFuncGeneric, with the Pool's queue, lifecycle, options and
-// observability: Invoke waits for room only in a bounded queue, TryInvoke
-// never waits, InvokeContext waits until its context ends, Wait waits for
-// idle without stopping, Shutdown drops what its deadline leaves and says
-// how many.
+// PoolWithFuncGeneric, with the [Pool]'s queue, lifecycle, options and
+// observability: [FuncPool.Invoke] waits for room only in a bounded queue,
+// [FuncPool.TryInvoke] never waits, [FuncPool.InvokeContext] waits until
+// its context ends, [FuncPool.Wait] waits for idle without stopping,
+// [FuncPool.Shutdown] drops what its deadline leaves and says how many.
 //
-// The function's errors go to the handler set WithErrorHandler (if any)
-// and are counted in Stats().Failed; a panic goes to the pool's panic
-// handler (see WithPanicHandler), or crashes the program WithCrashOnPanic.
-// The function receives the pool's context (see Context).
+// The function's errors go to the handler set [WithErrorHandler] (if any)
+// and are counted in [Stats].Failed; a panic goes to the pool's panic
+// handler (see [WithPanicHandler]), or crashes the program
+// [WithCrashOnPanic]. The function receives the pool's context (see
+// [FuncPool.Context]).
 //
 // A FuncPool must be made with NewFunc or NewFuncWithState; its methods
 // are safe for concurrent use. A zero FuncPool's methods report an error
-// wrapping ErrInvalid, as a zero Pool's do.
+// wrapping [ErrInvalid], as a zero Pool's do.
 type FuncPool[T any] struct {
 	c poolCore[item[T]]
 }
@@ -34,10 +35,11 @@ type item[T any] struct {
 	at int64 // its submission time (clock.Now), when the pool times its tasks
 }
 
-// NewFunc returns a pool that runs fn on each value given to Invoke, at
-// most maxWorkers at a time. It takes the same options as New.
+// NewFunc returns a pool that runs fn on each value given to
+// [FuncPool.Invoke], at most maxWorkers at a time. It takes the same
+// options as [New].
 //
-// NewFunc panics with an error wrapping ErrInvalid if maxWorkers is less
+// NewFunc panics with an error wrapping [ErrInvalid] if maxWorkers is less
 // than 1, fn is nil or an option is invalid, like New.
 func NewFunc[T any](maxWorkers int, fn func(ctx context.Context, v T) error, opts ...Option) *FuncPool[T] {
 	if fn == nil {
@@ -94,61 +96,63 @@ func stampItem[T any](_ *observer, it item[T], _ *Task) item[T] {
 // it to run. It allocates nothing.
 //
 // If the queue is bounded and full, Invoke waits for room, or returns
-// ErrQueueFull on a pool built WithNonBlocking. It returns ErrStopped once
-// Stop or Shutdown has begun.
+// [ErrQueueFull] on a pool built [WithNonBlocking]. It returns [ErrStopped]
+// once [FuncPool.Stop] or [FuncPool.Shutdown] has begun.
 func (p *FuncPool[T]) Invoke(v T) error { return p.core().push(item[T]{v: v}, nil) }
 
 // TryInvoke queues v if that needs no waiting, and reports whether it did.
-// It returns false when a bounded queue is full and once Stop or Shutdown
-// has begun.
+// It returns false when a bounded queue is full and once [FuncPool.Stop]
+// or [FuncPool.Shutdown] has begun.
 func (p *FuncPool[T]) TryInvoke(v T) bool { return p.core().tryPush(item[T]{v: v}, nil) == nil }
 
 // InvokeContext queues v, waiting while a bounded queue is full until ctx
-// ends; it waits even on a pool built WithNonBlocking. It returns ctx's
-// error if ctx ends first (or has ended), ErrStopped once Stop or Shutdown
-// has begun, and an error wrapping ErrInvalid for a nil ctx.
+// ends; it waits even on a pool built [WithNonBlocking]. It returns ctx's
+// error if ctx ends first (or has ended), [ErrStopped] once [FuncPool.Stop]
+// or [FuncPool.Shutdown] has begun, and an error wrapping [ErrInvalid] for
+// a nil ctx.
 func (p *FuncPool[T]) InvokeContext(ctx context.Context, v T) error {
 	return p.core().pushContext(ctx, item[T]{v: v}, nil)
 }
 
 // Wait blocks until no value is queued or being processed, without
-// stopping the pool; see Pool.Wait.
+// stopping the pool; see [Pool.Wait].
 func (p *FuncPool[T]) Wait() { p.core().wait() }
 
-// Stop refuses new values (ErrStopped), processes every value already
+// Stop refuses new values ([ErrStopped]), processes every value already
 // queued, and returns when every worker has exited (and, with worker
-// state, closed its state); see Pool.Stop.
+// state, closed its state); see [Pool.Stop].
 func (p *FuncPool[T]) Stop() { p.core().stop() }
 
-// Shutdown stops the pool like Stop, but when ctx ends first it cancels the
-// pool's context, drops the queued values and returns a *ShutdownError
-// with their number. A nil ctx waits like Stop. See Pool.Shutdown.
+// Shutdown stops the pool like [FuncPool.Stop], but when ctx ends first it
+// cancels the pool's context, drops the queued values and returns a
+// [*ShutdownError] with their number. A nil ctx waits like Stop. See
+// [Pool.Shutdown].
 func (p *FuncPool[T]) Shutdown(ctx context.Context) error { return p.core().shutdown(ctx) }
 
-// Resize changes the worker limit to n; see Pool.Resize. Workers beyond
+// Resize changes the worker limit to n; see [Pool.Resize]. Workers beyond
 // the limit close their state, if any, as they retire. It returns an error
-// wrapping ErrInvalid if n < 1.
+// wrapping [ErrInvalid] if n < 1.
 func (p *FuncPool[T]) Resize(n int) error { return p.core().resize(n) }
 
 // Stats returns a snapshot of the pool's counters. Failed counts the calls
 // of the function that returned an error, panicked or called
-// runtime.Goexit, and the values not processed because their worker's
+// [runtime.Goexit], and the values not processed because their worker's
 // state could not be made.
 func (p *FuncPool[T]) Stats() Stats { return p.core().stats() }
 
 // Context returns the context the function (and a state constructor)
-// receives; see Pool.Context.
+// receives; see [Pool.Context].
 func (p *FuncPool[T]) Context() context.Context { return p.core().context() }
 
 // Done returns a channel that is closed once the pool will process none of
-// the values it has queued; see Pool.Done.
+// the values it has queued; see [Pool.Done].
 func (p *FuncPool[T]) Done() <-chan struct{} { return p.core().done() }
 
-// Name returns the name given WithName, or "".
+// Name returns the name given [WithName], or "".
 func (p *FuncPool[T]) Name() string { return p.core().poolName() }
 
 // Latency returns the queue-wait and run-time histograms of a pool built
-// WithLatency, and false for any other pool.
+// [WithLatency], and false for any other pool.
 func (p *FuncPool[T]) Latency() (LatencySnapshot, bool) { return p.core().latency() }
 
 // core returns p's core, nil for a nil FuncPool.

@@ -2,7 +2,7 @@ package crew
 
 import "context"
 
-// A Future is the typed result of a function submitted with Submit: a
+// A Future is the typed result of a function submitted with [Submit]: a
 // value of type T and an error, available once the function has returned.
 type Future[T any] struct {
 	t   *Task
@@ -10,19 +10,19 @@ type Future[T any] struct {
 	val T // written by the task before t is done
 }
 
-// Submit queues task to run on p, as Pool.Submit does, and returns a
-// Future for its result at once, without waiting for it to run. task
-// receives the pool's context (see Pool.Context).
+// Submit queues task to run on p, as [Pool.Submit] does, and returns a
+// [Future] for its result at once, without waiting for it to run. task
+// receives the pool's context (see [Pool.Context]).
 //
 // Submit follows Pool.Submit's rules: it waits for room in a full bounded
-// queue (fails with ErrQueueFull on a pool built WithNonBlocking), and
-// never fails silently: when task cannot be queued (ErrStopped,
-// ErrQueueFull, ErrNilTask, or an error wrapping ErrInvalid for a nil or
-// zero pool) the Future is already done with that error, and a queued
-// task that Shutdown drops completes with ErrDropped. A panic in task
-// completes the Future with a *PanicError, unless p crashes on panics
-// (WithCrashOnPanic). Submit costs a Future and a closure on top of
-// Pool.Submit's allocations.
+// queue (fails with [ErrQueueFull] on a pool built [WithNonBlocking]), and
+// never fails silently: when task cannot be queued ([ErrStopped],
+// ErrQueueFull, [ErrNilTask], or an error wrapping [ErrInvalid] for a nil
+// or zero pool) the Future is already done with that error, and a queued
+// task that [Pool.Shutdown] drops completes with [ErrDropped]. A panic in
+// task completes the Future with a [*PanicError], unless p crashes on
+// panics ([WithCrashOnPanic]). Submit costs a Future and a closure on top
+// of Pool.Submit's allocations.
 func Submit[T any](p *Pool, task func(ctx context.Context) (T, error)) *Future[T] {
 	fu := &Future[T]{fn: task}
 	run := fu.run
@@ -41,12 +41,12 @@ func (fu *Future[T]) run(ctx context.Context) error {
 
 // Wait blocks until the function has returned, or until it is known that
 // it never will run, and returns its result: what it returned, or the zero
-// value and the error that kept it from returning (a *PanicError,
-// ErrGoexit, ErrDropped, or a submission error). Wait may be called any
+// value and the error that kept it from returning (a [*PanicError],
+// [ErrGoexit], [ErrDropped], or a submission error). Wait may be called any
 // number of times, from any goroutine.
 //
 // Called from inside a task of the same pool, Wait lends that task's slot
-// while it waits, as Task.Wait does, so that the function can run even
+// while it waits, as [Task.Wait] does, so that the function can run even
 // when every worker is a task waiting for a Future.
 func (fu *Future[T]) Wait() (T, error) {
 	if fu == nil || fu.t == nil {
@@ -58,7 +58,7 @@ func (fu *Future[T]) Wait() (T, error) {
 }
 
 // Done returns a channel that is closed when the Future is done, for use in
-// a select; Wait then returns at once.
+// a select; [Future.Wait] then returns at once.
 func (fu *Future[T]) Done() <-chan struct{} {
 	if fu == nil || fu.t == nil {
 		return closedChan

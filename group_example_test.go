@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -30,6 +31,31 @@ func ExampleGroup() {
 	}
 	fmt.Println(sizes)
 	// Output: [5 6 7]
+}
+
+// NewGroup is Pool.Group as a function. The group's context derives from
+// ctx: when ctx ends, the running tasks see their context cancelled and
+// those not yet started are skipped.
+func ExampleNewGroup() {
+	p := crew.New(8)
+	defer p.Stop()
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	g := crew.NewGroup(ctx, p, crew.WithLimit(2)) // at most 2 of its tasks at once
+	var squares [4]int
+	for i := range squares {
+		g.Go(func(ctx context.Context) error {
+			squares[i] = i * i // each task writes its own element
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(squares)
+	// Output: [0 1 4 9]
 }
 
 // The first error cancels the group: tasks that have not started are
@@ -58,6 +84,24 @@ func ExampleGroup_Go() {
 	g.Wait()
 	fmt.Println(g.Go(func(ctx context.Context) error { return nil }))
 	// Output: crew: group is done: Go after Wait returned
+}
+
+// TryGo starts a task only if the group's limit lets it start at once;
+// otherwise the caller keeps the work, to do it itself or shed it.
+func ExampleGroup_TryGo() {
+	p := crew.New(4)
+	defer p.Stop()
+
+	g := p.Group(context.Background(), crew.WithLimit(1))
+	release := make(chan struct{})
+	fmt.Println(g.TryGo(func(ctx context.Context) error { <-release; return nil }))
+	fmt.Println(g.TryGo(func(ctx context.Context) error { return nil })) // the limit is reached
+	close(release)
+	fmt.Println(g.Wait())
+	// Output:
+	// true
+	// false
+	// <nil>
 }
 
 // A panic comes back from Wait as a *PanicError.
@@ -160,7 +204,29 @@ func ExampleResultGroup() {
 	// Output: [3 1 2] <nil>
 }
 
-func ExampleDo() {
+// With WithAllErrors every task runs, and each slot holds what its task
+// returned even when another task failed.
+func ExampleNewResultGroup() {
+	p := crew.New(4)
+	defer p.Stop()
+
+	g := crew.NewResultGroup[int](context.Background(), p, crew.WithAllErrors())
+	for _, s := range []string{"1", "two", "3"} {
+		g.Go(func(ctx context.Context) (int, error) {
+			return strconv.Atoi(s)
+		})
+	}
+	nums, err := g.Wait()
+	fmt.Println(nums)
+	fmt.Println(err)
+	// Output:
+	// [1 0 3]
+	// strconv.Atoi: parsing "two": invalid syntax
+}
+
+// Submit runs a function that returns a value; its Future waits for both
+// the value and the error.
+func ExampleSubmit() {
 	p := crew.New(2)
 	defer p.Stop()
 
@@ -285,4 +351,39 @@ func ExampleStream() {
 	// done 2
 	// done 0
 	// <nil>
+}
+
+// Tasks report their own errors through their callbacks, which run one at a
+// time in submission order and so may share state without a lock.
+func ExampleNewStream() {
+	p := crew.New(4)
+	defer p.Stop()
+
+	st := crew.NewStream(context.Background(), p, crew.WithLimit(2))
+	total := 0 // only callbacks touch it
+	for _, in := range []string{"10", "x", "32"} {
+		err := st.Go(func(ctx context.Context) func() {
+			n, err := strconv.Atoi(in) // the task runs concurrently with others
+			// Its callback runs after those of the tasks submitted before it.
+			return func() {
+				if err != nil {
+					fmt.Println("skipped:", err)
+					return
+				}
+				total += n
+				fmt.Println("running total:", total)
+			}
+		})
+		if err != nil {
+			fmt.Println(err)
+			break
+		}
+	}
+	if err := st.Wait(); err != nil {
+		fmt.Println(err)
+	}
+	// Output:
+	// running total: 10
+	// skipped: strconv.Atoi: parsing "x": invalid syntax
+	// running total: 42
 }

@@ -5,20 +5,21 @@ import (
 	"time"
 )
 
-// ErrGroupDone is returned by Go on a Group, ResultGroup or Stream whose
-// Wait has returned. Go during Wait is allowed (Wait waits for that task too);
-// once Wait has returned, the group is finished and its context cancelled.
+// ErrGroupDone is returned by Go on a [Group], [ResultGroup] or [Stream]
+// whose Wait has returned. Go during Wait is allowed (Wait waits for that
+// task too); once Wait has returned, the group is finished and its context
+// cancelled.
 var ErrGroupDone = errors.New("crew: group is done: Go after Wait returned")
 
 // errZeroGroup is returned by the methods of a Group, ResultGroup or Stream
 // not made by its constructor, or nil.
 var errZeroGroup = invalidf("groups and streams must be made with their New functions")
 
-// A GroupOption configures a Group, ResultGroup or Stream, or a call of
-// Map, MapErr, ForEach or their Seq forms. Like an Option, it never panics
-// when called: the constructor it is given to panics with an error
-// wrapping ErrInvalid for a nil or invalid option, and the functions that
-// return an error return that one.
+// A GroupOption configures a [Group], [ResultGroup] or [Stream], or a call
+// of [Map], [MapErr], [ForEach] or their Seq forms. Like an [Option], it
+// never panics when called: the constructor it is given to panics with an
+// error wrapping [ErrInvalid] for a nil or invalid option, and the
+// functions that return an error return that one.
 type GroupOption func(*groupConfig)
 
 type groupConfig struct {
@@ -48,15 +49,15 @@ func (c *groupConfig) apply(opts []GroupOption) error {
 
 // WithLimit lets at most n tasks of the group run at once, below the pool's
 // own limit. Tasks beyond it wait in the group's queue, holding no worker,
-// and start as earlier ones finish; Go does not wait for a free slot (and
-// TryGo refuses a task that would). For a Stream, n is also its window
-// (see NewStream). n must be at least 1.
+// and start as earlier ones finish; [Group.Go] does not wait for a free
+// slot (and [Group.TryGo] refuses a task that would). For a [Stream], n is
+// also its window (see [NewStream]). n must be at least 1.
 func WithLimit(n int) GroupOption {
 	return func(c *groupConfig) { c.limit, c.limitSet = n, true }
 }
 
-// WithAllErrors makes Wait return every task's error, joined with
-// errors.Join in submission order, instead of the first one. Errors and
+// WithAllErrors makes [Group.Wait] return every task's error, joined with
+// [errors.Join] in submission order, instead of the first one. Errors and
 // panics then do not cancel the group: every task runs. (Cancelling the
 // parent context still skips the tasks that have not started; Wait then
 // adds the context's cause.)
@@ -65,19 +66,19 @@ func WithAllErrors() GroupOption {
 }
 
 // WithTaskTimeout gives each task a context whose deadline is d after the
-// task starts (not after Go). The task's context is a child of the group's,
-// so the first error still cancels it too. It costs a context and a timer
-// per task. d must be positive.
+// task starts (not after [Group.Go]). The task's context is a child of the
+// group's, so the first error still cancels it too. It costs a context and
+// a timer per task. d must be positive.
 func WithTaskTimeout(d time.Duration) GroupOption {
 	return func(c *groupConfig) { c.timeout, c.timeSet = d, true }
 }
 
-// WithRepanic makes Wait panic, once every task has finished, with the
-// *PanicError of the first task that panicked (its Value and the stack of
-// the panic), instead of returning it as an error: the behaviour of
-// sourcegraph/conc. Without it a panic is an error like any other. The
+// WithRepanic makes [Group.Wait] panic, once every task has finished, with
+// the [*PanicError] of the first task that panicked (its Value and the
+// stack of the panic), instead of returning it as an error: the behaviour
+// of sourcegraph/conc. Without it a panic is an error like any other. The
 // panics of later tasks go to the pool's panic handler (see Group.Wait).
-// (A pool built WithCrashOnPanic does not recover group tasks at all.)
+// (A pool built [WithCrashOnPanic] does not recover group tasks at all.)
 func WithRepanic() GroupOption {
 	return func(c *groupConfig) { c.repanic = true }
 }

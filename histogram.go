@@ -76,13 +76,13 @@ type histShards struct {
 }
 
 // A Histogram records durations and reports their quantiles. It is
-// lock-free: Record is two atomic adds on one of several shards of
-// counters, picked at random so that concurrent recorders rarely share a
-// cache line, plus a compare-and-swap when a new maximum is seen; it
+// lock-free: [Histogram.Record] is two atomic adds on one of several shards
+// of counters, picked at random so that concurrent recorders rarely share
+// a cache line, plus a compare-and-swap when a new maximum is seen; it
 // allocates nothing. The first Record allocates the counters, about 5 KiB
-// per shard, with one shard per
-// processor (at least 2, at most 8). Quantiles are within
-// HistogramRelativeError (3.125%) of the true value from 0 to 2^44 ns
+// per shard, with one shard per processor (at least 2, at most 8).
+// Quantiles ([HistogramSnapshot.Quantile]) are within
+// [HistogramRelativeError] (3.125%) of the true value from 0 to 2^44 ns
 // (about 4.9 hours; beyond, observations still count, and the maximum is
 // exact, but a quantile that falls there reads as about 4.9 hours).
 //
@@ -152,8 +152,8 @@ func (h *Histogram) Snapshot() HistogramSnapshot {
 	return s
 }
 
-// HistogramSnapshot is the state of a Histogram at one moment, made by
-// Histogram.Snapshot. The zero value is an empty snapshot.
+// HistogramSnapshot is the state of a [Histogram] at one moment, made by
+// [Histogram.Snapshot]. The zero value is an empty snapshot.
 type HistogramSnapshot struct {
 	Count uint64        // observations
 	Sum   time.Duration // their total (it wraps after 584 years)
@@ -165,7 +165,7 @@ type HistogramSnapshot struct {
 // Quantile returns the q-quantile of the observations (0 <= q <= 1) by the
 // nearest-rank method: the smallest recorded duration such that at least a
 // fraction q of the observations are at most it. The result is within
-// HistogramRelativeError (3.125%) of that duration; Quantile(1) is Max
+// [HistogramRelativeError] (3.125%) of that duration; Quantile(1) is Max
 // exactly. It returns 0 for an empty snapshot and clamps q into [0, 1].
 // It costs a scan of about 700 counters.
 func (s HistogramSnapshot) Quantile(q float64) time.Duration {
@@ -200,7 +200,7 @@ func (s HistogramSnapshot) Mean() time.Duration {
 
 // CountAtOrBelow returns how many observations were at most d, reading
 // each observation as the value Quantile reports for it (within
-// HistogramRelativeError of the true one). It is the cumulative count of a
+// [HistogramRelativeError] of the true one). It is the cumulative count of a
 // Prometheus or OpenTelemetry histogram bucket with upper bound d.
 func (s HistogramSnapshot) CountAtOrBelow(d time.Duration) uint64 {
 	switch {
@@ -222,8 +222,8 @@ func (s HistogramSnapshot) CountAtOrBelow(d time.Duration) uint64 {
 	return n
 }
 
-// LogValue reports the snapshot to log/slog as a group of count, p50, p90,
-// p99 and max.
+// LogValue reports the snapshot to [log/slog] as a group of count, p50,
+// p90, p99 and max.
 func (s HistogramSnapshot) LogValue() slog.Value {
 	return slog.GroupValue(
 		slog.Uint64("count", s.Count),
@@ -235,16 +235,16 @@ func (s HistogramSnapshot) LogValue() slog.Value {
 }
 
 // Latency records how long tasks wait in a queue and how long they run,
-// as two Histograms. A pool built WithLatency keeps one (see Pool.Latency);
-// make your own to time a subset of tasks, such as one Group's or one
-// key's, with Track and TrackFunc. The zero value is ready to use and must
-// not be copied after first use.
+// as two histograms ([Histogram]). A pool built [WithLatency] keeps one
+// (see [Pool.Latency]); make your own to time a subset of tasks, such as
+// one [Group]'s or one key's, with [Latency.Track] and [Latency.TrackFunc].
+// The zero value is ready to use and must not be copied after first use.
 type Latency struct {
 	Wait Histogram // from submission to start
 	Run  Histogram // from start to return (or panic)
 }
 
-// LatencySnapshot is the state of a Latency at one moment.
+// LatencySnapshot is the state of a [Latency] at one moment.
 type LatencySnapshot struct {
 	Wait HistogramSnapshot // time from submission to start
 	Run  HistogramSnapshot // time from start to return (or panic)
@@ -255,7 +255,7 @@ func (l *Latency) Snapshot() LatencySnapshot {
 	return LatencySnapshot{Wait: l.Wait.Snapshot(), Run: l.Run.Snapshot()}
 }
 
-// LogValue reports the snapshot to log/slog as the groups wait and run.
+// LogValue reports the snapshot to [log/slog] as the groups wait and run.
 func (s LatencySnapshot) LogValue() slog.Value {
 	return slog.GroupValue(slog.Any("wait", s.Wait), slog.Any("run", s.Run))
 }
@@ -263,9 +263,9 @@ func (s LatencySnapshot) LogValue() slog.Value {
 // Track returns a task that runs task and records in l how long it waited
 // (from the call to Track to its start) and how long it ran. Wrap a task
 // as it is submitted, for example g.Go(lat.Track(f)), to time the tasks of
-// one Group or one key. It costs a closure and three clock reads. A panic
+// one [Group] or one key. It costs a closure and three clock reads. A panic
 // in task is timed and passed on. Track(nil) returns nil, which a Go or
-// Submit reports as ErrNilTask.
+// Submit reports as [ErrNilTask].
 func (l *Latency) Track(task func(context.Context) error) func(context.Context) error {
 	if task == nil {
 		return nil
@@ -277,8 +277,8 @@ func (l *Latency) Track(task func(context.Context) error) func(context.Context) 
 	}
 }
 
-// TrackFunc is Track for a func(), as Pool.Go takes; TrackFunc(nil)
-// returns nil.
+// TrackFunc is [Latency.Track] for a func(), as [Pool.Go] takes;
+// TrackFunc(nil) returns nil.
 func (l *Latency) TrackFunc(task func()) func() {
 	if task == nil {
 		return nil

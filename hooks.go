@@ -3,28 +3,28 @@ package crew
 import "time"
 
 // Hooks are functions that a pool built [WithHooks] calls when something
-// happens to its tasks and workers: a Pool, or a function pool, for which
-// a task is one call of its function. Every field is optional: a nil hook
-// costs nothing, and a pool with no hooks at all runs exactly the code it
-// would without WithHooks.
+// happens to its tasks and workers: a [Pool], or a function pool
+// ([FuncPool]), for which a task is one call of its function. Every field
+// is optional: a nil hook costs nothing, and a pool with no hooks at all
+// runs exactly the code it would without WithHooks.
 //
 // Hooks run synchronously on the goroutine where the event happens (the
 // worker, for task and worker events; the submitter, for a refused task),
 // so they must be fast, must not block and must be safe for concurrent
 // use: several workers call them at once. They must not panic: a panic in
 // a task hook is handled like a panic in its task, one in Drop reaches
-// the submitter (or Shutdown's caller, once the drop is complete, with
-// the calls for the tasks after it skipped), and one in WorkerStart or
-// WorkerRetire crashes the program.
+// the submitter (or [Pool.Shutdown]'s caller, once the drop is complete,
+// with the calls for the tasks after it skipped), and one in WorkerStart
+// or WorkerRetire crashes the program.
 //
-// Task hooks see the tasks submitted with every form of Go and Submit, and
-// a function pool's calls. A Group, ResultGroup, Stream or Map runs its
-// tasks inside steps it submits to the pool, so for those the hooks see
-// the steps (one or more group tasks each); time a group's own tasks with
-// [Latency.Track].
-// Keyed, Priority and RateLimited submit steps too. A step that the pool
-// refuses fires Drop, but the group's or layer's task is not lost: it
-// stays queued there for a later step, or its submitter gets the error.
+// Task hooks see the tasks submitted with every form of [Pool.Go] and
+// [Pool.Submit], and a function pool's calls. A [Group], [ResultGroup],
+// [Stream] or [Map] runs its tasks inside steps it submits to the pool, so
+// for those the hooks see the steps (one or more group tasks each); time a
+// group's own tasks with [Latency.Track]. [Keyed], [Priority] and
+// [RateLimited] submit steps too. A step that the pool refuses fires Drop,
+// but the group's or layer's task is not lost: it stays queued there for a
+// later step, or its submitter gets the error.
 type Hooks struct {
 	// TaskStart is called on the worker just before a task runs. Wait is
 	// how long the task waited since it was submitted.
@@ -64,8 +64,8 @@ type Hooks struct {
 	WorkerRetire func(WorkerEvent)
 }
 
-// TaskEvent describes a task to a hook. Fields that do not apply to an
-// event are zero.
+// TaskEvent describes a task to a [Hooks] function. Fields that do not
+// apply to an event are zero.
 type TaskEvent struct {
 	Pool string        // the pool's name (WithName), or ""
 	Wait time.Duration // time from submission to start
@@ -73,7 +73,7 @@ type TaskEvent struct {
 	Err  error         // see the hook
 }
 
-// WorkerEvent describes a worker to a hook.
+// WorkerEvent describes a worker to a [Hooks] function.
 type WorkerEvent struct {
 	Pool     string        // the pool's name (WithName), or ""
 	Lifetime time.Duration // WorkerRetire: time since the worker started

@@ -12,11 +12,11 @@ import (
 	"github.com/gocrew/crew/internal/queue"
 )
 
-// A Keyed runs tasks on an Executor (a pool, or a RateLimited) so that
-// tasks with the same key run one at a time, in the order they were
-// submitted, while tasks with different keys run in parallel, all under the
-// pool's limit. Use it for work that must not overlap per entity (per user,
-// per account, per file) without a lock held across the work or a
+// A Keyed runs tasks on an [Executor] (a [Pool], or a [RateLimited]) so
+// that tasks with the same key run one at a time, in the order they were
+// submitted, while tasks with different keys run in parallel, all under
+// the pool's limit. Use it for work that must not overlap per entity (per
+// user, per account, per file) without a lock held across the work or a
 // goroutine per entity.
 //
 // # How it runs
@@ -24,22 +24,22 @@ import (
 // Each busy key has a small FIFO queue in a map, sharded by the key's hash
 // so that producers of different keys rarely meet on one lock. When a key
 // goes from idle to busy, the submission submits one step for it to the
-// pool. The step
-// runs the key's first task and then gives its worker back: if the key has
-// more, it submits itself again, to the back of the pool's queue, so one
-// hot key cannot monopolise workers and keys take turns. (When the pool's
-// bounded queue is full, or the pool is stopping, the step goes on with
-// the key's next task itself, on the worker it holds.) When a key's queue
-// empties, its entry is deleted: an idle key holds no goroutine, no
-// channel and no memory of its own. Since Go maps do not shrink, a shard's
-// map that held 4,096 keys or more is rebuilt once deletions leave it
-// one-eighth full, so a burst of keys gives its memory back.
+// pool. The step runs the key's first task and then gives its worker back:
+// if the key has more, it submits itself again, to the back of the pool's
+// queue, so one hot key cannot monopolise workers and keys take turns.
+// (When the pool's bounded queue is full, or the pool is stopping, the
+// step goes on with the key's next task itself, on the worker it holds.)
+// When a key's queue empties, its entry is deleted: an idle key holds no
+// goroutine, no channel and no memory of its own. Since Go maps do not
+// shrink, a shard's map that held 4,096 keys or more is rebuilt once
+// deletions leave it one-eighth full, so a burst of keys gives its memory
+// back.
 //
-// WithKeyRate limits each key to a Rate of task starts. A key waiting for a
-// token holds no worker (a timer brings it back); an idle key keeps its
-// bucket until the bucket is full again (at most Burst×Per/Limit), then its
-// memory is reclaimed. For a limit across all keys, build the Keyed on a
-// RateLimited.
+// [WithKeyRate] limits each key to a [Rate] of task starts. A key waiting
+// for a token holds no worker (a timer brings it back); an idle key keeps
+// its bucket until the bucket is full again (at most Burst×Per/Limit),
+// then its memory is reclaimed. For a limit across all keys, build the
+// Keyed on a RateLimited.
 //
 // # Cost
 //
@@ -51,12 +51,13 @@ import (
 //
 // # Stopping
 //
-// Pool.Stop runs every task the Keyed accepted (except those waiting for a
-// token: see Go). When Shutdown's deadline passes, the tasks that have not
-// started are dropped: they are counted in Stats().Dropped, and a Task made
-// by Submit completes with ErrDropped.
+// [Pool.Stop] runs every task the Keyed accepted (except those waiting for
+// a token: see [Keyed.Go]). When [Pool.Shutdown]'s deadline passes, the
+// tasks that have not started are dropped: they are counted in
+// Stats().Dropped (see [LayerStats]), and a [Task] made by [Keyed.Submit]
+// completes with [ErrDropped].
 //
-// A Keyed must be made with NewKeyed; its methods are safe for concurrent
+// A Keyed must be made with [NewKeyed]; its methods are safe for concurrent
 // use. Several may share one pool.
 type Keyed[K comparable] struct {
 	l      layer
@@ -135,8 +136,8 @@ type keyQueue[K comparable] struct {
 	wakeGen uint32 // of its latest entry in the shard's wakes (see arm)
 }
 
-// A KeyedOption configures a Keyed in NewKeyed, which reports an invalid
-// one (see Option).
+// A KeyedOption configures a [Keyed] in [NewKeyed], which reports an
+// invalid one (see [Option]).
 type KeyedOption func(*keyedConfig)
 
 type keyedConfig struct {
@@ -146,14 +147,14 @@ type keyedConfig struct {
 // WithKeyRate limits every key to r: each key has its own token bucket,
 // and at most r.Burst + r.Limit·d/r.Per tasks of one key start in any
 // interval of length d. Tasks of a key waiting for a token hold no worker.
-// r must be valid (see Rate).
+// r must be valid (see [Rate]).
 func WithKeyRate(r Rate) KeyedOption {
 	return func(c *keyedConfig) { c.rate = &r }
 }
 
-// NewKeyed returns a Keyed that runs its tasks on ex (a *Pool or a
-// *RateLimited). It panics with an error wrapping ErrInvalid if ex is nil
-// or an option is nil or invalid.
+// NewKeyed returns a [Keyed] that runs its tasks on ex (a [*Pool] or a
+// [*RateLimited]). It panics with an error wrapping [ErrInvalid] if ex is
+// nil or an option is nil or invalid.
 func NewKeyed[K comparable](ex Executor, opts ...KeyedOption) *Keyed[K] {
 	var c keyedConfig
 	errs := applyOptions(&c, "crew.NewKeyed", opts)
@@ -188,27 +189,28 @@ func NewKeyed[K comparable](ex Executor, opts ...KeyedOption) *Keyed[K] {
 // Go queues task to run after every task submitted before it with the same
 // key, and never at the same time as another task of that key. It returns
 // without waiting for the task to run. When key is idle, Go submits a step
-// to the pool and waits for room in a full bounded queue like Pool.Go
-// (ErrQueueFull on a pool built WithNonBlocking); when key is busy, it only
-// appends to the key's queue, which is unbounded. (While another Go is
-// submitting the step of the same key, Go waits for that to end, unless it
-// is called from inside one of the pool's tasks: that Go may be waiting for
-// room only the caller can free, so the task queues behind it at once.)
+// to the pool and waits for room in a full bounded queue like [Pool.Go]
+// ([ErrQueueFull] on a pool built [WithNonBlocking]); when key is busy, it
+// only appends to the key's queue, which is unbounded. (While another Go
+// is submitting the step of the same key, Go waits for that to end, unless
+// it is called from inside one of the pool's tasks: that Go may be waiting
+// for room only the caller can free, so the task queues behind it at
+// once.)
 //
-// Go returns ErrStopped once the pool has begun to stop and ErrNilTask for
-// a nil task. A panic in task goes to the pool's panic handler and the
-// key's next task runs as usual. Pool.Stop runs every task Go accepted,
-// except those still waiting for a token (WithKeyRate, or a Keyed on a
-// RateLimited) and those queued behind a first submission of their key
-// that Stop refused; those, and the tasks that Shutdown's deadline keeps
-// from starting, are dropped and counted in Stats().Dropped (one waiting
-// for a token when it comes due or when a Stop from outside the pool
-// returns, as RateLimited.Go says).
+// Go returns [ErrStopped] once the pool has begun to stop and [ErrNilTask]
+// for a nil task. A panic in task goes to the pool's panic handler and the
+// key's next task runs as usual. [Pool.Stop] runs every task Go accepted,
+// except those still waiting for a token ([WithKeyRate], or a Keyed on a
+// [RateLimited]) and those queued behind a first submission of their key
+// that Stop refused; those, and the tasks that [Pool.Shutdown]'s deadline
+// keeps from starting, are dropped and counted in Stats().Dropped (one
+// waiting for a token when it comes due or when a Stop from outside the
+// pool returns, as [RateLimited.Go] says).
 func (k *Keyed[K]) Go(key K, task func()) error {
 	return submitGo(k.layer(), k.push, nil, key, task, pushGo)
 }
 
-// TryGo queues task under key like Go if that needs no waiting, and
+// TryGo queues task under key like [Keyed.Go] if that needs no waiting, and
 // reports whether it did: it returns false when the key is idle and the
 // pool's bounded queue has no room for its step, once the pool has begun
 // to stop, and for a nil task. While another submission of the same key is
@@ -217,31 +219,32 @@ func (k *Keyed[K]) TryGo(key K, task func()) bool {
 	return submitGo(k.layer(), k.push, nil, key, task, pushTry) == nil
 }
 
-// GoContext queues task under key like Go, waiting for room in a full
-// bounded queue until ctx ends (even on a pool built WithNonBlocking); it
-// then returns ctx's error. ctx bounds only the wait: a queued task runs
-// whatever becomes of ctx. It returns an error wrapping ErrInvalid for a
-// nil ctx.
+// GoContext queues task under key like [Keyed.Go], waiting for room in a
+// full bounded queue until ctx ends (even on a pool built
+// [WithNonBlocking]); it then returns ctx's error. ctx bounds only the
+// wait: a queued task runs whatever becomes of ctx. It returns an error
+// wrapping [ErrInvalid] for a nil ctx.
 func (k *Keyed[K]) GoContext(ctx context.Context, key K, task func()) error {
 	return submitGo(k.layer(), k.push, ctx, key, task, pushCtx)
 }
 
-// Submit queues task under key like Go and returns a Task to wait for its
-// result; the task receives the pool's context. A Task that cannot be
-// queued is already done with the error (see Pool.Submit); one dropped
-// because the pool stopped first completes with ErrDropped.
+// Submit queues task under key like [Keyed.Go] and returns a [Task] to wait
+// for its result; the task receives the pool's context. A Task that cannot
+// be queued is already done with the error (see [Pool.Submit]); one
+// dropped because the pool stopped first completes with [ErrDropped].
 func (k *Keyed[K]) Submit(key K, task func(ctx context.Context) error) *Task {
 	return submitTask(k.layer(), k.push, nil, key, task, pushGo)
 }
 
-// TrySubmit is Submit with TryGo's rule: it reports whether task was
-// queued, and if not, the Task is already done with the reason.
+// TrySubmit is [Keyed.Submit] with [Keyed.TryGo]'s rule: it reports whether
+// task was queued, and if not, the [Task] is already done with the reason.
 func (k *Keyed[K]) TrySubmit(key K, task func(ctx context.Context) error) (*Task, bool) {
 	t := submitTask(k.layer(), k.push, nil, key, task, pushTry)
 	return t, !t.refused
 }
 
-// SubmitContext is Submit with GoContext's wait for room, until ctx ends.
+// SubmitContext is [Keyed.Submit] with [Keyed.GoContext]'s wait for room,
+// until ctx ends.
 func (k *Keyed[K]) SubmitContext(ctx context.Context, key K, task func(ctx context.Context) error) *Task {
 	return submitTask(k.layer(), k.push, ctx, key, task, pushCtx)
 }
@@ -252,14 +255,14 @@ func (k *Keyed[K]) SubmitContext(ctx context.Context, key K, task func(ctx conte
 // still returning: that Go deletes it.
 //
 // Called from inside one of k's own tasks, which it would wait for
-// forever, Wait panics with an error wrapping ErrInsideTask, like
-// Pool.Wait. Any other caller may wait, a plain task of the pool or a task
-// of another layer included. Recognising the caller costs microseconds,
-// and only when Wait is about to block.
+// forever, Wait panics with an error wrapping [ErrInsideTask], like
+// [Pool.Wait]. Any other caller may wait, a plain task of the pool or a
+// task of another layer included. Recognising the caller costs
+// microseconds, and only when Wait is about to block.
 func (k *Keyed[K]) Wait() { k.layer().wait("Keyed") }
 
 // Stats returns a snapshot of k's counters. Keys counts the keys that hold
-// memory: busy ones, and with WithKeyRate idle ones whose bucket is still
+// memory: busy ones, and with [WithKeyRate] idle ones whose bucket is still
 // refilling. It locks each shard in turn, briefly.
 func (k *Keyed[K]) Stats() LayerStats { return k.layer().stats(k.keys) }
 

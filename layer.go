@@ -36,12 +36,12 @@ import (
 // (engine.RunAs); Wait looks for it on the caller's stack (engine.CallerIs)
 // only when it is about to block.
 
-// An Executor starts tasks on a pool's workers: a *Pool, or a
-// *RateLimited, which starts them at a bounded rate on its own executor.
-// Keyed, Priority and RateLimited take any Executor, so layers stack: a
+// An Executor starts tasks on a pool's workers: a [*Pool], or a
+// [*RateLimited], which starts them at a bounded rate on its own executor.
+// [Keyed], [Priority] and RateLimited take any Executor, so layers stack: a
 // Keyed on a RateLimited runs each key in order and all keys together at
 // the rate. Its methods are the submission forms every crew type shares
-// (see Pool.Go, Pool.TryGo and Pool.GoContext). Only crew's types
+// (see [Pool.Go], [Pool.TryGo] and [Pool.GoContext]). Only crew's types
 // implement it.
 type Executor interface {
 	Go(task func()) error
@@ -443,8 +443,9 @@ func (l *layer) over() bool { return l.p.over() }
 // RateLimited not made by its constructor.
 var errZeroLayer = invalidf("Keyed, Priority and RateLimited must be made with their New functions")
 
-// LayerStats is a snapshot of a Keyed, Priority or RateLimited layer's
-// counters. Like Stats, its fields are read one at a time while tasks run.
+// LayerStats is a snapshot of a [Keyed], [Priority] or [RateLimited]
+// layer's counters. Like [Stats], its fields are read one at a time while
+// tasks run.
 type LayerStats struct {
 	Unfinished int    // tasks accepted that have neither finished nor been dropped
 	Waiting    int    // of those, tasks not yet handed to a worker

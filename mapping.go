@@ -11,8 +11,8 @@ import (
 var indexFIFOs sync.Pool
 
 // Map calls fn for every element of items on p, concurrently, and returns
-// the results in the order of items. It is MapErr with an fn that cannot
-// fail: the error is a *PanicError if fn panicked, or the cause of ctx if
+// the results in the order of items. It is [MapErr] with an fn that cannot
+// fail: the error is a [*PanicError] if fn panicked, or the cause of ctx if
 // ctx was cancelled before every element started (those are skipped).
 func Map[T, R any](ctx context.Context, p *Pool, items []T, fn func(context.Context, T) R, opts ...GroupOption) ([]R, error) {
 	if fn == nil {
@@ -25,16 +25,17 @@ func Map[T, R any](ctx context.Context, p *Pool, items []T, fn func(context.Cont
 // the results in the order of items: out[i] is what fn returned for
 // items[i], even with an error; the zero value if fn panicked or never ran.
 // It blocks until every call has returned, running calls itself meanwhile
-// in a slot of p's, as Group.Wait does.
+// in a slot of p's, as [Group.Wait] does.
 //
-// Errors follow Group's policy: the first error (or panic) cancels the
+// Errors follow [Group]'s policy: the first error (or panic) cancels the
 // context the other calls receive and skips the elements that have not
-// started; WithAllErrors runs them all and joins every error in the order
-// of items. WithLimit bounds the calls running at once, WithTaskTimeout
-// gives each a deadline. MapErr allocates the result slice and a group;
-// nothing per element. It returns ErrNilTask if fn is nil, and an error
-// wrapping ErrInvalid if ctx is nil or an option is nil or invalid. Map,
-// ForEach and the Seq forms follow the same rules.
+// started; [WithAllErrors] runs them all and joins every error in the
+// order of items. [WithLimit] bounds the calls running at once,
+// [WithTaskTimeout] gives each a deadline. MapErr allocates the result
+// slice and a group; nothing per element. It returns [ErrNilTask] if fn is
+// nil, and an error wrapping [ErrInvalid] if ctx is nil or an option is
+// nil or invalid. [Map], [ForEach] and the Seq forms ([MapSeq],
+// [MapErrSeq], [ForEachSeq]) follow the same rules.
 func MapErr[T, R any](ctx context.Context, p *Pool, items []T, fn func(context.Context, T) (R, error), opts ...GroupOption) ([]R, error) {
 	if fn == nil {
 		return nil, ErrNilTask
@@ -54,7 +55,7 @@ func MapErr[T, R any](ctx context.Context, p *Pool, items []T, fn func(context.C
 }
 
 // ForEach calls fn for every element of items on p, concurrently, and
-// returns when every call has returned, with MapErr's error policy and
+// returns when every call has returned, with [MapErr]'s error policy and
 // options.
 func ForEach[T any](ctx context.Context, p *Pool, items []T, fn func(context.Context, T) error, opts ...GroupOption) error {
 	if fn == nil {
@@ -69,7 +70,7 @@ func ForEach[T any](ctx context.Context, p *Pool, items []T, fn func(context.Con
 	return c.wait()
 }
 
-// MapSeq is Map over an iterator: see MapErrSeq.
+// MapSeq is [Map] over an iterator: see [MapErrSeq].
 func MapSeq[T, R any](ctx context.Context, p *Pool, seq iter.Seq[T], fn func(context.Context, T) R, opts ...GroupOption) ([]R, error) {
 	if fn == nil {
 		return nil, ErrNilTask
@@ -77,21 +78,21 @@ func MapSeq[T, R any](ctx context.Context, p *Pool, seq iter.Seq[T], fn func(con
 	return MapErrSeq(ctx, p, seq, func(ctx context.Context, v T) (R, error) { return fn(ctx, v), nil }, opts...)
 }
 
-// MapErrSeq is MapErr over an iterator: it calls fn for every value seq
+// MapErrSeq is [MapErr] over an iterator: it calls fn for every value seq
 // yields and returns the results in the order they were yielded.
 //
 // It pulls values from seq on the calling goroutine only as fast as they
 // are processed: at most a window of values is pulled and not yet done,
-// the WithLimit limit if given, else the pool's worker limit when MapErrSeq
-// starts. While the window is full it waits, running calls itself in a slot
-// of p's, as Group.Wait does. Once the group is
+// the [WithLimit] limit if given, else the pool's worker limit when
+// MapErrSeq starts. While the window is full it waits, running calls
+// itself in a slot of p's, as [Group.Wait] does. Once the group is
 // cancelled (by an error or ctx) it stops pulling, and if that left a
 // value unprocessed the error says why (the first error, or the
-// cancellation's cause: ctx's, or ErrStopped). The results grow in
+// cancellation's cause: ctx's, or [ErrStopped]). The results grow in
 // chunks and are copied once into the returned slice, which is nil if seq
 // yields nothing (MapErr returns an empty slice for empty items).
 //
-// If seq panics or calls runtime.Goexit, MapErrSeq waits for the calls
+// If seq panics or calls [runtime.Goexit], MapErrSeq waits for the calls
 // already started, passes their panics to the pool's panic handler (there
 // is no result to report them in), and lets seq's panic or Goexit go on.
 func MapErrSeq[T, R any](ctx context.Context, p *Pool, seq iter.Seq[T], fn func(context.Context, T) (R, error), opts ...GroupOption) ([]R, error) {
@@ -115,10 +116,10 @@ func MapErrSeq[T, R any](ctx context.Context, p *Pool, seq iter.Seq[T], fn func(
 }
 
 // ForEachSeq calls fn for every value seq yields, concurrently on p, and
-// returns when every call has returned. It pulls values as MapErrSeq does,
-// so it processes an iterator of any length in bounded memory, deals with
-// a seq that panics as MapErrSeq does, and has MapErr's error policy and
-// options.
+// returns when every call has returned. It pulls values as [MapErrSeq]
+// does, so it processes an iterator of any length in bounded memory, deals
+// with a seq that panics as MapErrSeq does, and has [MapErr]'s error policy
+// and options.
 func ForEachSeq[T any](ctx context.Context, p *Pool, seq iter.Seq[T], fn func(context.Context, T) error, opts ...GroupOption) error {
 	if fn == nil {
 		return ErrNilTask

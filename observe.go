@@ -26,20 +26,20 @@ import (
 // labels, worker hooks) happens once per worker, as it starts.
 
 // WithName names the pool. The name labels its workers in CPU and
-// goroutine profiles (the pprof label ProfileLabel), names the
-// runtime/trace region each task runs in while an execution trace is being
-// recorded, and labels its log records and exported metrics. The pool's
-// context carries the label too: a task that calls pprof.Do should derive
-// its context from that one, as pprof.Do restores the labels of the
-// context it is given. Each worker sets the labels once, when it starts;
-// the trace region costs one check per task while no trace is recorded.
-// An empty name is the same as none.
+// goroutine profiles (the pprof label [ProfileLabel]), names the
+// [runtime/trace] region each task runs in while an execution trace is
+// being recorded, and labels its log records and exported metrics. The
+// pool's context (see [Pool.Context]) carries the label too: a task that
+// calls [pprof.Do] should derive its context from that one, as pprof.Do
+// restores the labels of the context it is given. Each worker sets the
+// labels once, when it starts; the trace region costs one check per task
+// while no trace is recorded. An empty name is the same as none.
 func WithName(name string) Option {
 	return func(c *config) { c.name = name }
 }
 
 // WithHooks sets functions that the pool calls on task and worker events;
-// see Hooks. A later WithHooks replaces an earlier one. With TaskStart,
+// see [Hooks]. A later WithHooks replaces an earlier one. With TaskStart,
 // TaskFinish or Panic set, each task costs three clock reads and, on a
 // Pool, one small allocation that carries its submission time; the other
 // hooks cost nothing per task that runs.
@@ -48,20 +48,21 @@ func WithHooks(h Hooks) Option {
 }
 
 // WithLatency makes the pool record, for every task, how long it waited in
-// the queue and how long it ran, in two histograms that Latency reports
-// with their quantiles (within HistogramRelativeError). It costs what a
-// task hook costs (see WithHooks) plus two Histogram records per task.
+// the queue and how long it ran, in two histograms that [Pool.Latency]
+// reports with their quantiles (within [HistogramRelativeError]). It costs
+// what a task hook costs (see [WithHooks]) plus two [Histogram] records per
+// task.
 func WithLatency() Option {
 	return func(c *config) { c.latency = true }
 }
 
-// WithLogger makes the pool log through l: every panic that reaches the
-// panic handler (at level Error, with its stack; it replaces the default
-// handler's log.Print and comes before a handler set WithPanicHandler),
-// each task refused because the queue was full or the pool stopped (at
-// level Debug), and a summary when Stop or Shutdown finishes (at level
-// Info, or Warn when Shutdown dropped tasks). The pool logs nothing by
-// default. l must not be nil.
+// WithLogger makes the pool log through l, a [log/slog] logger: every
+// panic that reaches the panic handler (at level Error, with its stack; it
+// replaces the default handler's [log.Print] and comes before a handler
+// set [WithPanicHandler]), each task refused because the queue was full or
+// the pool stopped (at level Debug), and a summary when [Pool.Stop] or
+// [Pool.Shutdown] finishes (at level Info, or Warn when Shutdown dropped
+// tasks). The pool logs nothing by default. l must not be nil.
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) { c.logger, c.loggerSet = l, true }
 }
@@ -91,7 +92,7 @@ type observer struct {
 type stamp[E any] func(o *observer, el E, t *Task) E
 
 // ProfileLabel is the pprof label that carries a named pool's name on its
-// workers' goroutines, in CPU and goroutine profiles (see WithName).
+// workers' goroutines, in CPU and goroutine profiles (see [WithName]).
 const ProfileLabel = "crew.pool"
 
 // observe applies the observability options in cfg to c and to ec, the

@@ -9,12 +9,12 @@ import (
 	"time"
 )
 
-// An Option configures a pool. New, NewFunc and NewFuncWithState take the
-// same options, and every option works on each of them.
+// An Option configures a pool. [New], [NewFunc] and [NewFuncWithState]
+// take the same options, and every option works on each of them.
 //
 // An option never panics when it is called: the constructor it is given
 // to checks the values of all its options, and panics with an error
-// wrapping ErrInvalid that names each invalid one, as it does for a nil
+// wrapping [ErrInvalid] that names each invalid one, as it does for a nil
 // Option and for options that contradict each other.
 type Option func(*config)
 
@@ -40,7 +40,7 @@ type config struct {
 }
 
 // DefaultIdleTimeout is how long an idle worker waits for a task before it
-// retires, unless WithIdleTimeout says otherwise.
+// retires, unless [WithIdleTimeout] says otherwise.
 const DefaultIdleTimeout = time.Second
 
 // configure applies opts for the constructor named what and checks them
@@ -131,47 +131,50 @@ func logPanic(p *PanicError) { log.Print(p.Error()) }
 
 // WithQueueSize bounds the number of tasks waiting for a worker to n. With
 // n == 0 a task is accepted only when a worker can take it: a direct
-// hand-off. A submission that finds the queue full waits for room (Go,
-// Submit, Invoke), fails with ErrQueueFull (the same WithNonBlocking), or
-// reports false (TryGo, TrySubmit, TryInvoke); the Context forms wait
-// until their context ends. By default the queue is unbounded. n must not
-// be negative.
+// hand-off. A submission that finds the queue full waits for room
+// ([Pool.Go], [Pool.Submit], [FuncPool.Invoke]), fails with [ErrQueueFull]
+// (the same [WithNonBlocking]), or reports false ([Pool.TryGo],
+// [Pool.TrySubmit], [FuncPool.TryInvoke]); the Context forms wait until
+// their context ends. By default the queue is unbounded. n must not be
+// negative.
 func WithQueueSize(n int) Option {
 	return func(c *config) { c.queueSize, c.queueSet = n, true }
 }
 
-// WithNonBlocking makes the plain submissions (Go, Submit, Invoke) return
-// ErrQueueFull instead of waiting when a bounded queue is full; the
-// Context forms still wait. It needs WithQueueSize.
+// WithNonBlocking makes the plain submissions ([Pool.Go], [Pool.Submit],
+// [FuncPool.Invoke]) return [ErrQueueFull] instead of waiting when a
+// bounded queue is full; the Context forms still wait. It needs
+// [WithQueueSize].
 func WithNonBlocking() Option {
 	return func(c *config) { c.nonBlocking = true }
 }
 
 // WithIdleTimeout sets how long an idle worker waits for a task before it
-// retires (DefaultIdleTimeout if not set). d must be positive.
+// retires ([DefaultIdleTimeout] if not set). d must be positive.
 func WithIdleTimeout(d time.Duration) Option {
 	return func(c *config) { c.idleTimeout = d }
 }
 
 // WithMinWorkers starts n workers with the pool and keeps them when idle,
 // so that a burst after a quiet spell finds warm workers. n must be
-// between 0 and the worker limit. While Resize holds the limit below n,
-// the limit is the minimum; once it grows again, workers start up to n and
-// idle ones retire down to it.
+// between 0 and the worker limit. While [Pool.Resize] holds the limit
+// below n, the limit is the minimum; once it grows again, workers start up
+// to n and idle ones retire down to it.
 func WithMinWorkers(n int) Option {
 	return func(c *config) { c.minWorkers = n }
 }
 
 // WithPanicHandler sets the function that receives the panics nobody
-// else receives: those of tasks started with Go, TryGo and GoContext (a
-// Submit task's panic completes its Task instead), of a function pool's
-// calls, and of group tasks that their group's Wait does not report (see
-// Group.Wait). The handler runs on the worker that recovered the panic,
-// before that worker takes another task; a group's, on the goroutine of
-// the Wait that ends the group. It must return normally: a panic or
-// runtime.Goexit in it may take the place of the panic being reported.
-// The default handler logs the panic and its stack with package log. h
-// must not be nil, and contradicts WithCrashOnPanic.
+// else receives: those of tasks started with [Pool.Go], [Pool.TryGo] and
+// [Pool.GoContext] (a [Pool.Submit] task's panic completes its [Task]
+// instead), of a function pool's calls, and of group tasks that their
+// group's Wait does not report (see [Group.Wait]). The handler runs on the
+// worker that recovered the panic, before that worker takes another task;
+// a group's, on the goroutine of the Wait that ends the group. It must
+// return normally: a panic or [runtime.Goexit] in it may take the place of
+// the panic being reported. The default handler logs the panic and its
+// stack with package [log]. h must not be nil, and contradicts
+// [WithCrashOnPanic].
 func WithPanicHandler(h func(*PanicError)) Option {
 	return func(c *config) { c.onPanic, c.handlerSet = h, true }
 }
@@ -185,20 +188,20 @@ func WithCrashOnPanic() Option {
 
 // WithErrorHandler sets a function that receives every non-nil error that
 // a task returns to the pool: the errors of a function pool's calls (and
-// of its state constructor, wrapped with ErrNoState), and those of Submit
-// tasks, which their Task reports as well. These are the failures that
-// Stats().Failed counts, panics aside, which go to the panic handler or
-// the Task. The handler runs on the worker that ran the task, after the
-// task, and may be called from several workers at once. h must not be
-// nil.
+// of its state constructor, wrapped with [ErrNoState]), and those of
+// [Pool.Submit] tasks, which their [Task] reports as well. These are the
+// failures that [Stats].Failed counts, panics aside, which go to the panic
+// handler or the Task. The handler runs on the worker that ran the task,
+// after the task, and may be called from several workers at once. h must
+// not be nil.
 func WithErrorHandler(h func(error)) Option {
 	return func(c *config) { c.onError, c.errorSet = h, true }
 }
 
-// WithContext sets the parent of the pool's context, the one its Submit
-// tasks and function calls receive (see Pool.Context). Cancelling parent
-// cancels that context; it does not stop the pool. parent must not be
-// nil.
+// WithContext sets the parent of the pool's context, the one its
+// [Pool.Submit] tasks and function calls receive (see [Pool.Context]).
+// Cancelling parent cancels that context; it does not stop the pool.
+// parent must not be nil.
 func WithContext(parent context.Context) Option {
 	return func(c *config) { c.ctx = parent }
 }

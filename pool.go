@@ -10,23 +10,24 @@ import (
 
 // A Pool runs tasks on a bounded set of reusable worker goroutines.
 //
-// Workers start lazily, up to the limit given to New, and retire after an
-// idle timeout. Tasks wait in a queue, unbounded unless WithQueueSize says
+// Workers start lazily, up to the limit given to [New], and retire after an
+// idle timeout. Tasks wait in a queue, unbounded unless [WithQueueSize] says
 // otherwise; each worker takes the oldest task of the part of the queue it
 // looks at, so tasks start roughly, not strictly, in submission order. All
 // methods are safe for concurrent use.
 //
 // Work is submitted in three forms, the same on every type of crew that
-// accepts work: the plain call (Go, Submit) waits for room in a full
-// bounded queue; the Try form (TryGo, TrySubmit) never waits; the Context
-// form (GoContext, SubmitContext) waits until its context ends. Go takes a
-// func() and returns only whether it was queued; Submit takes a
-// func(context.Context) error and returns a Task to wait on.
+// accepts work: the plain call ([Pool.Go], [Pool.Submit]) waits for room
+// in a full bounded queue; the Try form ([Pool.TryGo], [Pool.TrySubmit])
+// never waits; the Context form ([Pool.GoContext], [Pool.SubmitContext])
+// waits until its context ends. Go takes a func() and returns only whether
+// it was queued; Submit takes a func([context.Context]) error and returns
+// a [Task] to wait on.
 //
 // A Pool must be made with New. The methods of a zero Pool report an
-// error wrapping ErrInvalid where they return one (Submit through its
+// error wrapping [ErrInvalid] where they return one (Submit through its
 // Task), and otherwise do nothing: TryGo reports false, Stats zeros and
-// Context context.Background.
+// Context [context.Background].
 type Pool struct {
 	c poolCore[func()]
 
@@ -37,7 +38,7 @@ type Pool struct {
 // New returns a pool that runs at most maxWorkers tasks at a time.
 //
 // New panics if maxWorkers is less than 1 or an option is invalid (the
-// panic value is an error wrapping ErrInvalid). Like make with a negative
+// panic value is an error wrapping [ErrInvalid]). Like make with a negative
 // size, these are mistakes in the program rather than conditions to handle
 // at run time, and a pool that failed to build has no sensible zero value
 // to return.
@@ -70,12 +71,13 @@ func callTask(task func()) error {
 // run. It allocates nothing.
 //
 // If the pool's queue is bounded and full, Go waits for room, or returns
-// ErrQueueFull on a pool built WithNonBlocking. Called from inside one of
-// the pool's own tasks it waits too, since another worker may free room,
+// [ErrQueueFull] on a pool built [WithNonBlocking]. Called from inside one
+// of the pool's own tasks it waits too, since another worker may free room,
 // unless every worker is a task waiting like it: then no room can ever
 // come, and Go returns an error wrapping ErrQueueFull. Go returns
-// ErrStopped once Stop or Shutdown has begun and ErrNilTask for a nil task.
-// A panic in task goes to the pool's panic handler (see WithPanicHandler).
+// [ErrStopped] once [Pool.Stop] or [Pool.Shutdown] has begun and
+// [ErrNilTask] for a nil task. A panic in task goes to the pool's panic
+// handler (see [WithPanicHandler]).
 func (p *Pool) Go(task func()) error {
 	if task == nil {
 		return ErrNilTask
@@ -84,18 +86,18 @@ func (p *Pool) Go(task func()) error {
 }
 
 // TryGo queues task if that needs no waiting, and reports whether it did.
-// It returns false when a bounded queue is full, once Stop or Shutdown has
-// begun, and for a nil task.
+// It returns false when a bounded queue is full, once [Pool.Stop] or
+// [Pool.Shutdown] has begun, and for a nil task.
 func (p *Pool) TryGo(task func()) bool {
 	return task != nil && p.core().tryPush(task, nil) == nil
 }
 
 // GoContext queues task, waiting while a bounded queue is full until ctx
-// ends; it waits even on a pool built WithNonBlocking. It returns ctx's
-// error if ctx ends first (or has ended), ErrStopped once Stop or Shutdown
-// has begun, ErrNilTask for a nil task and an error wrapping ErrInvalid
-// for a nil ctx. ctx bounds only the wait for room: a queued task runs
-// whatever becomes of ctx.
+// ends; it waits even on a pool built [WithNonBlocking]. It returns ctx's
+// error if ctx ends first (or has ended), [ErrStopped] once [Pool.Stop] or
+// [Pool.Shutdown] has begun, [ErrNilTask] for a nil task and an error
+// wrapping [ErrInvalid] for a nil ctx. ctx bounds only the wait for room:
+// a queued task runs whatever becomes of ctx.
 func (p *Pool) GoContext(ctx context.Context, task func()) error {
 	if task == nil {
 		return ErrNilTask
@@ -103,34 +105,35 @@ func (p *Pool) GoContext(ctx context.Context, task func()) error {
 	return p.core().pushContext(ctx, task, nil)
 }
 
-// Submit queues task like Go and returns a Task to wait for its result.
-// task receives the pool's context (see Context), which Shutdown cancels
-// when its deadline passes.
+// Submit queues task like [Pool.Go] and returns a [Task] to wait for its
+// result. task receives the pool's context (see [Pool.Context]), which
+// [Pool.Shutdown] cancels when its deadline passes. For a typed result,
+// see the function [Submit].
 //
-// Submit never fails silently: when task cannot be queued (ErrStopped,
-// ErrQueueFull on a pool built WithNonBlocking, ErrNilTask, or an error
-// wrapping ErrInvalid for a nil or zero Pool) the returned Task is already
-// done with that error, and a queued task that Shutdown drops completes
-// with ErrDropped. A panic in task completes the Task with a *PanicError
-// (unless the pool was built WithCrashOnPanic). Submit costs three small
-// allocations: the Task, its channel and its run method.
+// Submit never fails silently: when task cannot be queued ([ErrStopped],
+// [ErrQueueFull] on a pool built [WithNonBlocking], [ErrNilTask], or an
+// error wrapping [ErrInvalid] for a nil or zero Pool) the returned Task is
+// already done with that error, and a queued task that Shutdown drops
+// completes with [ErrDropped]. A panic in task completes the Task with a
+// [*PanicError] (unless the pool was built [WithCrashOnPanic]). Submit
+// costs three small allocations: the Task, its channel and its run method.
 func (p *Pool) Submit(task func(ctx context.Context) error) *Task {
 	return p.submit(nil, task, pushGo)
 }
 
-// TrySubmit is Submit without waiting: it queues task if that needs no
-// waiting and reports whether it did. When it did not, the Task is already
-// done with the reason: ErrQueueFull, ErrStopped, ErrNilTask, or an error
-// wrapping ErrInvalid.
+// TrySubmit is [Pool.Submit] without waiting: it queues task if that needs
+// no waiting and reports whether it did. When it did not, the [Task] is
+// already done with the reason: [ErrQueueFull], [ErrStopped], [ErrNilTask],
+// or an error wrapping [ErrInvalid].
 func (p *Pool) TrySubmit(task func(ctx context.Context) error) (*Task, bool) {
 	t := p.submit(nil, task, pushTry)
 	return t, !t.refused
 }
 
-// SubmitContext is Submit with GoContext's wait: while a bounded queue is
-// full it waits for room until ctx ends, and then returns a Task already
-// done with ctx's error. ctx bounds only the wait for room; the task
-// receives the pool's context, as with Submit.
+// SubmitContext is [Pool.Submit] with [Pool.GoContext]'s wait: while a
+// bounded queue is full it waits for room until ctx ends, and then returns
+// a [Task] already done with ctx's error. ctx bounds only the wait for
+// room; the task receives the pool's context, as with Submit.
 func (p *Pool) SubmitContext(ctx context.Context, task func(ctx context.Context) error) *Task {
 	if ctx == nil {
 		t := &Task{p: p, done: make(chan struct{})}
@@ -174,29 +177,29 @@ func (p *Pool) pushTask(ctx context.Context, t *Task, mode pushMode) error {
 	return c.pushAs(ctx, t.run, t, mode)
 }
 
-// Context returns the context that Submit tasks receive. It is cancelled
-// when Shutdown's deadline passes, when Stop or Shutdown returns (a call
-// from inside one of the pool's own tasks, which returns at once, leaves it
-// to a later call from outside), and when the parent given WithContext is
-// cancelled.
+// Context returns the context that [Pool.Submit] tasks receive. It is
+// cancelled when [Pool.Shutdown]'s deadline passes, when [Pool.Stop] or
+// Shutdown returns (a call from inside one of the pool's own tasks, which
+// returns at once, leaves it to a later call from outside), and when the
+// parent given [WithContext] is cancelled.
 func (p *Pool) Context() context.Context { return p.core().context() }
 
 // Done returns a channel that is closed once the pool will start none of
-// the tasks it has queued: when Stop has run them all and is returning,
-// or when Shutdown's deadline has passed and it has dropped them. Unlike
-// Context, it is not closed by the end of WithContext's parent. A zero
-// Pool's channel is closed.
+// the tasks it has queued: when [Pool.Stop] has run them all and is
+// returning, or when [Pool.Shutdown]'s deadline has passed and it has
+// dropped them. Unlike [Pool.Context], it is not closed by the end of
+// [WithContext]'s parent. A zero Pool's channel is closed.
 func (p *Pool) Done() <-chan struct{} { return p.core().done() }
 
 // Wait blocks until no task is queued or running, without stopping the
 // pool. It returns at once when the pool is idle. Tasks submitted while
 // Wait waits also count, so under a steady stream of submissions it
 // returns only at a moment when the pool is idle. Wait panics with an
-// error wrapping ErrInsideTask when called from inside one of the pool's
+// error wrapping [ErrInsideTask] when called from inside one of the pool's
 // own tasks: it would wait for itself forever.
 func (p *Pool) Wait() { p.core().wait() }
 
-// Stop stops the pool: it refuses new work (ErrStopped), runs every task
+// Stop stops the pool: it refuses new work ([ErrStopped]), runs every task
 // already queued, and returns when they have finished and every worker
 // goroutine has exited. Stop is idempotent and safe to call from several
 // goroutines; each call returns once the pool has stopped.
@@ -207,26 +210,27 @@ func (p *Pool) Wait() { p.core().wait() }
 // Stop from outside the pool waits for them.
 func (p *Pool) Stop() { p.core().stop() }
 
-// Shutdown stops the pool like Stop, but gives up waiting for queued tasks
-// when ctx ends. Then it cancels the pool's context (see Context), removes
-// every task that has not started, waits for the running ones to return,
-// and reports a *ShutdownError with the exact number of tasks it dropped.
-// Dropped Submit tasks complete with ErrDropped. Shutdown returns nil when
-// every task had returned before ctx ended; when ctx ends while tasks
-// still run (and see their context cancelled), Dropped may be 0. No worker
-// goroutine outlives it, so a running task that ignores its context delays
-// it. A nil ctx never ends: Shutdown(nil) waits like Stop.
+// Shutdown stops the pool like [Pool.Stop], but gives up waiting for
+// queued tasks when ctx ends. Then it cancels the pool's context (see
+// [Pool.Context]), removes every task that has not started, waits for the
+// running ones to return, and reports a [*ShutdownError] with the exact
+// number of tasks it dropped. Dropped [Pool.Submit] tasks complete with
+// [ErrDropped]. Shutdown returns nil when every task had returned before
+// ctx ended; when ctx ends while tasks still run (and see their context
+// cancelled), Dropped may be 0. No worker goroutine outlives it, so a
+// running task that ignores its context delays it. A nil ctx never ends:
+// Shutdown(nil) waits like Stop.
 //
 // Called from inside one of the pool's own tasks, Shutdown closes the pool
-// and returns an error wrapping ErrInsideTask at once, as Stop does.
+// and returns an error wrapping [ErrInsideTask] at once, as Stop does.
 func (p *Pool) Shutdown(ctx context.Context) error { return p.core().shutdown(ctx) }
 
 // Resize changes the worker limit to n. When n grows, workers start at once
 // for queued tasks; when it shrinks, workers beyond n retire as they finish
-// their current task, and idle ones (Stats.Idle) as they are woken. A
+// their current task, and idle ones ([Stats].Idle) as they are woken. A
 // worker that was looking for a task as Resize returned may still start
 // one. No task is lost or run twice. A bounded queue keeps its size.
-// Resize returns an error wrapping ErrInvalid if n < 1.
+// Resize returns an error wrapping [ErrInvalid] if n < 1.
 func (p *Pool) Resize(n int) error { return p.core().resize(n) }
 
 // Stats returns a snapshot of the pool's counters. It takes no lock that
@@ -234,11 +238,11 @@ func (p *Pool) Resize(n int) error { return p.core().resize(n) }
 // sums.
 func (p *Pool) Stats() Stats { return p.core().stats() }
 
-// Name returns the name given WithName, or "".
+// Name returns the name given [WithName], or "".
 func (p *Pool) Name() string { return p.core().poolName() }
 
 // Latency returns the queue-wait and run-time histograms of a pool built
-// WithLatency, and false for any other pool. Each call takes a fresh
+// [WithLatency], and false for any other pool. Each call takes a fresh
 // snapshot.
 func (p *Pool) Latency() (LatencySnapshot, bool) { return p.core().latency() }
 

@@ -11,22 +11,23 @@ import (
 	"github.com/gocrew/crew/internal/clock"
 )
 
-// A Priority runs tasks on an Executor (a pool, or a RateLimited), starting
-// the queued task of highest priority first whenever a worker comes free,
-// with aging so that low priorities cannot starve.
+// A Priority runs tasks on an [Executor] (a [Pool], or a [RateLimited]),
+// starting the queued task of highest priority first whenever a worker comes
+// free, with aging so that low priorities cannot starve.
 //
 // # Aging and the starvation bound
 //
 // A task's effective priority grows while it waits: it is
-// priority + waited/aging, where aging is set WithAging (DefaultAging if not
-// set). Equal effective priorities start in submission order. Since every
-// task ages at the same pace, the order between two queued tasks never
-// changes, which gives an exact bound: a task of priority p submitted at
-// time t can be overtaken only by tasks already queued at t and by tasks of
-// priority q > p submitted before t + (q-p)×aging. With priorities at most
-// P, a task starts after at most the tasks queued before it plus those
-// submitted during the (P-p)×aging that follows it. WithAging(0) turns aging
-// off: strict priorities, FIFO within one, and low priorities can starve.
+// priority + waited/aging, where aging is set [WithAging] ([DefaultAging]
+// if not set). Equal effective priorities start in submission order. Since
+// every task ages at the same pace, the order between two queued tasks
+// never changes, which gives an exact bound: a task of priority p
+// submitted at time t can be overtaken only by tasks already queued at t
+// and by tasks of priority q > p submitted before t + (q-p)×aging. With
+// priorities at most P, a task starts after at most the tasks queued
+// before it plus those submitted during the (P-p)×aging that follows it.
+// WithAging(0) turns aging off: strict priorities, FIFO within one, and
+// low priorities can starve.
 //
 // # Cost
 //
@@ -39,7 +40,7 @@ import (
 // not move, but they are steps, not tasks: the task a step runs is chosen
 // when it starts.
 //
-// A Priority must be made with NewPriority; its methods are safe for
+// A Priority must be made with [NewPriority]; its methods are safe for
 // concurrent use. Several may share one pool.
 type Priority struct {
 	l     layer
@@ -70,11 +71,11 @@ func (a *prioItem) before(b *prioItem) bool {
 }
 
 // DefaultAging is how long a task waits to gain one level of priority,
-// unless WithAging says otherwise.
+// unless [WithAging] says otherwise.
 const DefaultAging = 100 * time.Millisecond
 
-// A PriorityOption configures a Priority in NewPriority, which reports an
-// invalid one (see Option).
+// A PriorityOption configures a [Priority] in [NewPriority], which reports
+// an invalid one (see [Option]).
 type PriorityOption func(*priorityConfig)
 
 type priorityConfig struct {
@@ -82,16 +83,16 @@ type priorityConfig struct {
 }
 
 // WithAging sets how long a queued task waits to gain one level of
-// priority (DefaultAging if not set). d == 0 turns aging off: strict
+// priority ([DefaultAging] if not set). d == 0 turns aging off: strict
 // priorities, under which a steady stream of high-priority tasks starves
 // the low ones. d must not be negative.
 func WithAging(d time.Duration) PriorityOption {
 	return func(c *priorityConfig) { c.aging = d }
 }
 
-// NewPriority returns a Priority that runs its tasks on ex (a *Pool or a
-// *RateLimited). It panics with an error wrapping ErrInvalid if ex is nil
-// or an option is nil or invalid.
+// NewPriority returns a [Priority] that runs its tasks on ex (a [*Pool] or
+// a [*RateLimited]). It panics with an error wrapping [ErrInvalid] if ex is
+// nil or an option is nil or invalid.
 func NewPriority(ex Executor, opts ...PriorityOption) *Priority {
 	c := priorityConfig{aging: DefaultAging}
 	errs := applyOptions(&c, "crew.NewPriority", opts)
@@ -108,58 +109,61 @@ func NewPriority(ex Executor, opts ...PriorityOption) *Priority {
 }
 
 // Go queues task with priority prio (higher runs sooner; any int, but
-// WithAging(d) counts those beyond ±math.MaxInt64/4/d.Nanoseconds() as
+// [WithAging](d) counts those beyond ±math.MaxInt64/4/d.Nanoseconds() as
 // that bound) and submits a step for it to the executor. It waits for room
-// in a full bounded pool queue like Pool.Go (ErrQueueFull on a pool built
-// WithNonBlocking), returns ErrStopped once the pool has begun to stop and
-// ErrNilTask for a nil task. A panic in task goes to the pool's panic
-// handler. Go allocates nothing beyond the task's closure, except when the
-// heap grows.
+// in a full bounded pool queue like [Pool.Go] ([ErrQueueFull] on a pool
+// built [WithNonBlocking]), returns [ErrStopped] once the pool has begun to
+// stop and [ErrNilTask] for a nil task. A panic in task goes to the pool's
+// panic handler. Go allocates nothing beyond the task's closure, except
+// when the heap grows.
 //
-// Pool.Stop runs the tasks Go accepted, with one exception: since a step
+// [Pool.Stop] runs the tasks Go accepted, with one exception: since a step
 // runs the best task, not its own, a Go that the stopping pool refuses may
 // find that its task has already run in another's step, leaving another
 // task without a step; if no step of q is left to take it on, that task is
-// dropped. When Shutdown's deadline passes, the tasks that have not started
-// are dropped. Dropped tasks are counted in Stats().Dropped, and a Task
-// made by a Submit form completes with ErrDropped.
+// dropped. When [Pool.Shutdown]'s deadline passes, the tasks that have not
+// started are dropped. Dropped tasks are counted in Stats().Dropped (see
+// [LayerStats]), and a [Task] made by a Submit form completes with
+// [ErrDropped].
 func (q *Priority) Go(prio int, task func()) error {
 	return submitGo(q.layer(), q.push, nil, prio, task, pushGo)
 }
 
-// TryGo queues task with priority prio like Go if that needs no waiting,
-// and reports whether it did: it returns false when the pool's bounded
-// queue has no room for its step, once the pool has begun to stop, and for
-// a nil task.
+// TryGo queues task with priority prio like [Priority.Go] if that needs no
+// waiting, and reports whether it did: it returns false when the pool's
+// bounded queue has no room for its step, once the pool has begun to stop,
+// and for a nil task.
 func (q *Priority) TryGo(prio int, task func()) bool {
 	return submitGo(q.layer(), q.push, nil, prio, task, pushTry) == nil
 }
 
-// GoContext queues task with priority prio like Go, waiting for room in a
-// full bounded queue until ctx ends (even on a pool built WithNonBlocking);
-// it then returns ctx's error. ctx bounds only the wait: a queued task runs
-// whatever becomes of ctx. It returns an error wrapping ErrInvalid for a
-// nil ctx.
+// GoContext queues task with priority prio like [Priority.Go], waiting for
+// room in a full bounded queue until ctx ends (even on a pool built
+// [WithNonBlocking]); it then returns ctx's error. ctx bounds only the
+// wait: a queued task runs whatever becomes of ctx. It returns an error
+// wrapping [ErrInvalid] for a nil ctx.
 func (q *Priority) GoContext(ctx context.Context, prio int, task func()) error {
 	return submitGo(q.layer(), q.push, ctx, prio, task, pushCtx)
 }
 
-// Submit queues task with priority prio like Go and returns a Task to wait
-// for its result; the task receives the pool's context. A Task that cannot
-// be queued is already done with the error; one dropped because the pool
-// stopped first completes with ErrDropped.
+// Submit queues task with priority prio like [Priority.Go] and returns a
+// [Task] to wait for its result; the task receives the pool's context. A
+// Task that cannot be queued is already done with the error; one dropped
+// because the pool stopped first completes with [ErrDropped].
 func (q *Priority) Submit(prio int, task func(ctx context.Context) error) *Task {
 	return submitTask(q.layer(), q.push, nil, prio, task, pushGo)
 }
 
-// TrySubmit is Submit with TryGo's rule: it reports whether task was
-// queued, and if not, the Task is already done with the reason.
+// TrySubmit is [Priority.Submit] with [Priority.TryGo]'s rule: it reports
+// whether task was queued, and if not, the [Task] is already done with the
+// reason.
 func (q *Priority) TrySubmit(prio int, task func(ctx context.Context) error) (*Task, bool) {
 	t := submitTask(q.layer(), q.push, nil, prio, task, pushTry)
 	return t, !t.refused
 }
 
-// SubmitContext is Submit with GoContext's wait for room, until ctx ends.
+// SubmitContext is [Priority.Submit] with [Priority.GoContext]'s wait for
+// room, until ctx ends.
 func (q *Priority) SubmitContext(ctx context.Context, prio int, task func(ctx context.Context) error) *Task {
 	return submitTask(q.layer(), q.push, ctx, prio, task, pushCtx)
 }
@@ -168,14 +172,14 @@ func (q *Priority) SubmitContext(ctx context.Context, prio int, task func(ctx co
 // Tasks queued while it waits count too.
 //
 // Called from inside one of q's own tasks, which it would wait for
-// forever, Wait panics with an error wrapping ErrInsideTask, like
-// Pool.Wait. Any other caller may wait, a plain task of the pool or a task
-// of another layer included. Recognising the caller costs microseconds,
-// and only when Wait is about to block.
+// forever, Wait panics with an error wrapping [ErrInsideTask], like
+// [Pool.Wait]. Any other caller may wait, a plain task of the pool or a
+// task of another layer included. Recognising the caller costs
+// microseconds, and only when Wait is about to block.
 func (q *Priority) Wait() { q.layer().wait("Priority") }
 
-// Stats returns a snapshot of q's counters; Waiting counts the tasks in
-// its heap.
+// Stats returns a snapshot of q's counters ([LayerStats]); Waiting counts
+// the tasks in its heap.
 func (q *Priority) Stats() LayerStats { return q.layer().stats(q.waiting) }
 
 // waiting fills the counts Stats adds to the layer's: the tasks in the

@@ -23,7 +23,8 @@ import (
 // nanosecond, whatever Limit. A valid Rate has Limit and Per of at least 1
 // and Burst of at least 0, and a full bucket that refills in at most
 // math.MaxInt64/4 nanoseconds (Burst × Per/Limit, about 73 years); the
-// constructors reject any other with an error wrapping ErrInvalid.
+// constructors ([NewRateLimited], [WithKeyRate]) reject any other with an
+// error wrapping [ErrInvalid].
 type Rate struct {
 	Limit int           // tokens per Per; at least 1
 	Per   time.Duration // at least 1ns
@@ -78,19 +79,19 @@ func (b *tokenBucket) take(now int64) { b.tat = max(b.tat, now) + b.e }
 // none is taken meanwhile.
 func (b *tokenBucket) at(m int64) int64 { return b.tat - (b.cap-m)*b.e }
 
-// A RateLimited runs tasks on an Executor (a pool, or another
-// RateLimited), starting at most as many as its Rate allows, in submission
-// order. Tasks waiting for a token wait in the
-// RateLimited's own queue: they hold no worker and no goroutine, and an
-// idle RateLimited runs nothing (no ticker). A task is handed to the pool
-// only when a token is available for it, and takes the token when it
-// starts on a worker, so a pool queue or busy workers can delay starts but
-// never bunch them beyond the rate.
+// A RateLimited runs tasks on an [Executor] (a [Pool], or another
+// RateLimited), starting at most as many as its [Rate] allows, in
+// submission order. Tasks waiting for a token wait in the RateLimited's
+// own queue: they hold no worker and no goroutine, and an idle RateLimited
+// runs nothing (no ticker). A task is handed to the pool only when a token
+// is available for it, and takes the token when it starts on a worker, so
+// a pool queue or busy workers can delay starts but never bunch them
+// beyond the rate.
 //
-// A RateLimited is an Executor: Keyed and Priority layers built on it run
-// their tasks at its rate, across all their keys or priorities. Several
-// RateLimited may share one pool, each with its own rate. All methods are
-// safe for concurrent use. Make one with NewRateLimited.
+// A RateLimited is an Executor: [Keyed] and [Priority] layers built on it
+// run their tasks at its rate, across all their keys or priorities.
+// Several RateLimited may share one pool, each with its own rate. All
+// methods are safe for concurrent use. Make one with [NewRateLimited].
 type RateLimited struct {
 	l     layer
 	clock func() int64 // clock.Now; tests replace it
@@ -106,10 +107,10 @@ type RateLimited struct {
 	tookToken func(now int64) // tests: called under mu at each token taken
 }
 
-// NewRateLimited returns a RateLimited that runs tasks on ex (a *Pool or
-// a *RateLimited) at rate r. It panics with an error wrapping ErrInvalid
-// if ex is nil or r is invalid (see Rate). It costs a few small
-// allocations, once.
+// NewRateLimited returns a [RateLimited] that runs tasks on ex (a [*Pool]
+// or a [*RateLimited]) at rate r. It panics with an error wrapping
+// [ErrInvalid] if ex is nil or r is invalid (see [Rate]). It costs a few
+// small allocations, once.
 func NewRateLimited(ex Executor, r Rate) *RateLimited {
 	b, err := r.bucket()
 	if err != nil {
@@ -125,50 +126,52 @@ func NewRateLimited(ex Executor, r Rate) *RateLimited {
 // Go queues task to start once the rate allows, after the tasks queued
 // before it. It never waits: the RateLimited's queue is unbounded, and a
 // bounded pool queue only bounds the tasks already given a token. It
-// returns ErrStopped once the pool has begun to stop and ErrNilTask for a
-// nil task. A panic in task goes to the pool's panic handler.
+// returns [ErrStopped] once the pool has begun to stop and [ErrNilTask] for
+// a nil task. A panic in task goes to the pool's panic handler.
 //
 // A task still waiting for a token when the pool stops is dropped and
-// counted in Stats().Dropped: Pool.Stop runs what the pool has queued, not
-// what a limiter holds back; call Wait first to run everything. It is
-// dropped when its token comes due or when Stop or Shutdown returns,
-// whichever is first, so a Wait that runs meanwhile (in a plain task of
-// the pool, say) waits until then. (A Stop from inside one of the pool's
-// tasks returns at once and drops nothing: the task waits for its token,
-// or for a Stop from outside.) Go costs a lock and a pool submission: no
-// allocation beyond the task's own closure.
+// counted in Stats().Dropped (see [LayerStats]): [Pool.Stop] runs what the
+// pool has queued, not what a limiter holds back; call [RateLimited.Wait]
+// first to run everything. It is dropped when its token comes due or when
+// Stop or [Pool.Shutdown] returns, whichever is first, so a Wait that runs
+// meanwhile (in a plain task of the pool, say) waits until then. (A Stop
+// from inside one of the pool's tasks returns at once and drops nothing:
+// the task waits for its token, or for a Stop from outside.) Go costs a
+// lock and a pool submission: no allocation beyond the task's own closure.
 func (r *RateLimited) Go(task func()) error {
 	return submitGo(r.layer(), r.push, nil, struct{}{}, task, pushGo)
 }
 
-// TryGo is Go, which never waits, reporting whether task was queued.
+// TryGo is [RateLimited.Go], which never waits, reporting whether task was
+// queued.
 func (r *RateLimited) TryGo(task func()) bool {
 	return submitGo(r.layer(), r.push, nil, struct{}{}, task, pushTry) == nil
 }
 
-// GoContext is Go, which never waits, for the grammar every crew type
-// shares: it returns ctx's error if ctx has already ended, and an error
-// wrapping ErrInvalid for a nil ctx.
+// GoContext is [RateLimited.Go], which never waits, for the grammar every
+// crew type shares: it returns ctx's error if ctx has already ended, and
+// an error wrapping [ErrInvalid] for a nil ctx.
 func (r *RateLimited) GoContext(ctx context.Context, task func()) error {
 	return submitGo(r.layer(), r.push, ctx, struct{}{}, task, pushCtx)
 }
 
-// Submit queues task like Go and returns a Task to wait for its result; the
-// task receives the pool's context. A Task that cannot be queued is already
-// done with the error (see Pool.Submit); one dropped because the pool
-// stopped first completes with ErrDropped.
+// Submit queues task like [RateLimited.Go] and returns a [Task] to wait for
+// its result; the task receives the pool's context. A Task that cannot be
+// queued is already done with the error (see [Pool.Submit]); one dropped
+// because the pool stopped first completes with [ErrDropped].
 func (r *RateLimited) Submit(task func(ctx context.Context) error) *Task {
 	return submitTask(r.layer(), r.push, nil, struct{}{}, task, pushGo)
 }
 
-// TrySubmit is Submit, which never waits, reporting whether task was
-// queued; if not, the Task is already done with the reason.
+// TrySubmit is [RateLimited.Submit], which never waits, reporting whether
+// task was queued; if not, the [Task] is already done with the reason.
 func (r *RateLimited) TrySubmit(task func(ctx context.Context) error) (*Task, bool) {
 	t := submitTask(r.layer(), r.push, nil, struct{}{}, task, pushTry)
 	return t, !t.refused
 }
 
-// SubmitContext is Submit with GoContext's checks of ctx.
+// SubmitContext is [RateLimited.Submit] with [RateLimited.GoContext]'s
+// checks of ctx.
 func (r *RateLimited) SubmitContext(ctx context.Context, task func(ctx context.Context) error) *Task {
 	return submitTask(r.layer(), r.push, ctx, struct{}{}, task, pushCtx)
 }
@@ -177,15 +180,15 @@ func (r *RateLimited) SubmitContext(ctx context.Context, task func(ctx context.C
 // been dropped. Tasks queued while it waits count too.
 //
 // Called from inside one of r's own tasks, which it would wait for
-// forever, Wait panics with an error wrapping ErrInsideTask, like
-// Pool.Wait. The tasks of a Keyed or Priority built on r are r's tasks
-// too. Any other caller may wait, a plain task of the pool included.
+// forever, Wait panics with an error wrapping [ErrInsideTask], like
+// [Pool.Wait]. The tasks of a [Keyed] or [Priority] built on r are r's
+// tasks too. Any other caller may wait, a plain task of the pool included.
 // Recognising the caller costs microseconds, and only when Wait is about
 // to block.
 func (r *RateLimited) Wait() { r.layer().wait("RateLimited") }
 
-// Stats returns a snapshot of r's counters; Waiting counts the tasks
-// waiting for a token or for a worker.
+// Stats returns a snapshot of r's counters ([LayerStats]); Waiting counts
+// the tasks waiting for a token or for a worker.
 func (r *RateLimited) Stats() LayerStats { return r.layer().stats(r.waiting) }
 
 // waiting fills the counts Stats adds to the layer's: the tasks waiting

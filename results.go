@@ -5,25 +5,25 @@ import (
 	"math/bits"
 )
 
-// A ResultGroup is a Group whose tasks return a value: Wait returns the
-// values in submission order, the i-th accepted task's result at index i,
-// whatever order the tasks finish in. Errors, cancellation, panics, limits
-// and timeouts work as in Group, with the same options.
+// A ResultGroup is a [Group] whose tasks return a value: [ResultGroup.Wait]
+// returns the values in submission order, the i-th accepted task's result
+// at index i, whatever order the tasks finish in. Errors, cancellation,
+// panics, limits and timeouts work as in Group, with the same options.
 //
 // Each task writes its own slot, so collecting results takes no lock and no
 // channel. The slots grow in chunks that never move while tasks write them;
 // Wait copies them into one slice (unless they fit the first chunk), about
-// one pass over the results. A ResultGroup must be made with NewResultGroup
-// and is safe for concurrent use; like a Group's, a zero or nil
-// ResultGroup's methods return an error.
+// one pass over the results. A ResultGroup must be made with
+// [NewResultGroup] and is safe for concurrent use; like a Group's, a zero
+// or nil ResultGroup's methods return an error.
 type ResultGroup[T any] struct {
 	c   core[func(context.Context) (T, error)]
 	out slots[T]
 }
 
 // NewResultGroup returns a group of tasks that run on p and return values of
-// type T. Its context is derived from ctx as NewGroup's is. It panics with
-// an error wrapping ErrInvalid if ctx is nil or an option is nil or
+// type T. Its context is derived from ctx as [NewGroup]'s is. It panics
+// with an error wrapping [ErrInvalid] if ctx is nil or an option is nil or
 // invalid.
 func NewResultGroup[T any](ctx context.Context, p *Pool, opts ...GroupOption) *ResultGroup[T] {
 	g := new(ResultGroup[T])
@@ -39,22 +39,22 @@ func (g *ResultGroup[T]) exec(ctx context.Context, seq int, task func(context.Co
 	return err
 }
 
-// Go submits task as Group.Go does. An accepted task (Go returned nil) takes
-// the next slot of the results; a refused one takes none.
+// Go submits task as [Group.Go] does. An accepted task (Go returned nil)
+// takes the next slot of the results; a refused one takes none.
 func (g *ResultGroup[T]) Go(task func(ctx context.Context) (T, error)) error {
 	return g.core().accept(task, task == nil, false)
 }
 
-// TryGo submits task as Group.TryGo does: only if the group's limit lets
+// TryGo submits task as [Group.TryGo] does: only if the group's limit lets
 // it start at once. An accepted task takes the next slot of the results.
 func (g *ResultGroup[T]) TryGo(task func(ctx context.Context) (T, error)) bool {
 	return g.core().accept(task, task == nil, true) == nil
 }
 
-// Wait blocks like Group.Wait and returns the results in submission order,
-// one per accepted task, with the error Group.Wait would return. A task's
-// slot holds what it returned, even with an error; the zero value if it
-// panicked or was skipped. Later calls return the same slice.
+// Wait blocks like [Group.Wait] and returns the results in submission
+// order, one per accepted task, with the error Group.Wait would return. A
+// task's slot holds what it returned, even with an error; the zero value
+// if it panicked or was skipped. Later calls return the same slice.
 func (g *ResultGroup[T]) Wait() ([]T, error) {
 	if g == nil {
 		return nil, errZeroGroup
@@ -65,7 +65,7 @@ func (g *ResultGroup[T]) Wait() ([]T, error) {
 	return g.out.collect(g.c.seq), err
 }
 
-// Context returns the group's context, as Group.Context does.
+// Context returns the group's context, as [Group.Context] does.
 func (g *ResultGroup[T]) Context() context.Context { return g.core().context() }
 
 // core returns g's core, nil for a nil ResultGroup.

@@ -93,6 +93,28 @@ func ExampleKeyed() {
 	// Output: 200 -100 0
 }
 
+// A Keyed built on a RateLimited runs the tasks of each key in order, and
+// those of all keys together at the limiter's rate.
+func ExampleNewKeyed() {
+	p := crew.New(8)
+	defer p.Stop()
+	rl := crew.NewRateLimited(p, crew.Rate{Limit: 1000, Per: time.Second, Burst: 10})
+	k := crew.NewKeyed[string](rl)
+
+	sent := map[string]*[]int{"ann": new([]int), "bob": new([]int)} // only read while tasks run
+	for i := range 3 {
+		for _, user := range []string{"ann", "bob"} {
+			// No lock: the tasks of one key never overlap.
+			if err := k.Go(user, func() { *sent[user] = append(*sent[user], i) }); err != nil {
+				fmt.Println(err)
+			}
+		}
+	}
+	k.Wait()
+	fmt.Println(*sent["ann"], *sent["bob"])
+	// Output: [0 1 2] [0 1 2]
+}
+
 func ExampleKeyed_Submit() {
 	p := crew.New(4)
 	defer p.Stop()
@@ -148,6 +170,32 @@ func ExamplePriority() {
 	// Output: user request, report, batch, backup
 }
 
+// WithAging(0) makes priorities strict: tasks of one priority start in
+// submission order, and only after every queued task of a higher one.
+func ExampleNewPriority() {
+	p := crew.New(1)
+	defer p.Stop()
+	q := crew.NewPriority(p, crew.WithAging(0))
+
+	// Hold the only worker while tasks queue up.
+	started, release := make(chan struct{}), make(chan struct{})
+	p.Go(func() { close(started); <-release })
+	<-started
+
+	var order []string
+	for _, name := range []string{"low 1", "high 1", "low 2", "high 2"} {
+		prio := 0
+		if strings.HasPrefix(name, "high") {
+			prio = 1
+		}
+		q.Go(prio, func() { order = append(order, name) })
+	}
+	close(release)
+	q.Wait()
+	fmt.Println(strings.Join(order, ", "))
+	// Output: high 1, high 2, low 1, low 2
+}
+
 func ExampleRateLimited() {
 	p := crew.New(4)
 	defer p.Stop()
@@ -162,4 +210,29 @@ func ExampleRateLimited() {
 	// 5 at once, then one every 10ms.
 	fmt.Println(n.Load(), time.Since(start) >= 50*time.Millisecond)
 	// Output: 10 true
+}
+
+// Submit on a RateLimited returns a Task, so that the error of a
+// rate-limited call comes back to its caller.
+func ExampleNewRateLimited() {
+	p := crew.New(4)
+	defer p.Stop()
+	// At most 50 calls per second, in bursts of up to 10.
+	api := crew.NewRateLimited(p, crew.Rate{Limit: 50, Per: time.Second, Burst: 10})
+
+	var tasks []*crew.Task
+	for id := range 3 {
+		tasks = append(tasks, api.Submit(func(ctx context.Context) error {
+			if id == 1 {
+				return fmt.Errorf("item %d: not found", id)
+			}
+			return nil
+		}))
+	}
+	for id, t := range tasks {
+		if err := t.Wait(); err != nil {
+			fmt.Println("item", id, "failed:", err)
+		}
+	}
+	// Output: item 1 failed: item 1: not found
 }

@@ -28,27 +28,27 @@ var (
 // value of type T it processes, at most maxWorkers at a time. A worker makes
 // its state with newState when it takes its first value, uses it for every
 // value it processes, and closes it with closeState (which may be nil)
-// when it retires: after the idle timeout, when Resize shrinks the pool, at
-// Stop and Shutdown, which return once every state is closed. Since a
-// worker runs one value at a time, a state is never used by two running
-// calls at once, and needs no lock. It costs nothing per value: Invoke
-// allocates nothing.
+// when it retires: after the idle timeout, when [FuncPool.Resize] shrinks
+// the pool, at [FuncPool.Stop] and [FuncPool.Shutdown], which return once
+// every state is closed. Since a worker runs one value at a time, a state
+// is never used by two running calls at once, and needs no lock. It costs
+// nothing per value: [FuncPool.Invoke] allocates nothing.
 //
 // When newState fails, the value that needed the state is not processed:
-// its error, wrapping ErrNoState and the constructor's error, goes to the
-// error handler (see WithErrorHandler) and is counted in Stats().Failed,
+// its error, wrapping [ErrNoState] and the constructor's error, goes to the
+// error handler (see [WithErrorHandler]) and is counted in [Stats].Failed,
 // and the worker tries again with its next value. Retry inside newState
 // (it receives the pool's context) to wait out short outages instead. A
 // newState that panics is treated like a call that panics.
 //
 // A state is closed and made anew when fn returns an error wrapping
-// ErrDiscardState, and when fn panics or calls runtime.Goexit with it (a
+// [ErrDiscardState], and when fn panics or calls [runtime.Goexit] with it (a
 // panic may have left it half-updated). A panic in closeState goes to the
 // pool's panic handler; closeState must not call runtime.Goexit, as it may
 // run while a panic of fn unwinds, which would end with it.
 //
-// NewFuncWithState takes the same options as New, and panics with an
-// error wrapping ErrInvalid if maxWorkers is less than 1, newState or fn
+// NewFuncWithState takes the same options as [New], and panics with an
+// error wrapping [ErrInvalid] if maxWorkers is less than 1, newState or fn
 // is nil, or an option is invalid.
 func NewFuncWithState[S, T any](maxWorkers int, newState func(ctx context.Context) (S, error), closeState func(S), fn func(ctx context.Context, state S, v T) error, opts ...Option) *FuncPool[T] {
 	if newState == nil || fn == nil {

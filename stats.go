@@ -4,11 +4,12 @@ package crew
 // time while tasks run, so they agree with each other exactly only when the
 // pool is quiet. The counters from Submitted on never go down.
 //
-// The counts are of the pool's own tasks. A Group, ResultGroup, Stream or
-// Map, and a Keyed, Priority or RateLimited, runs its tasks inside steps
-// it submits to the pool (see Hooks), and the pool counts those steps: a
-// group whose Wait ran its tasks itself leaves steps that find nothing to
-// do, which run, or are dropped by Shutdown, like any task.
+// The counts are of the pool's own tasks. A [Group], [ResultGroup],
+// [Stream] or [Map], and a [Keyed], [Priority] or [RateLimited], runs its
+// tasks inside steps it submits to the pool (see [Hooks]), and the pool
+// counts those steps: a group whose Wait ran its tasks itself leaves steps
+// that find nothing to do, which run, or are dropped by [Pool.Shutdown],
+// like any task.
 type Stats struct {
 	MaxWorkers int // the worker limit
 	Workers    int // live worker goroutines

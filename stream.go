@@ -16,29 +16,30 @@ import (
 // the same time as another callback of the stream, so callbacks may touch
 // shared state without a lock. A callback runs on the goroutine that
 // completes the task at the head of the line (a worker, or a Go or Wait
-// that ran the task itself, see Group.Wait), which then also runs the
+// that ran the task itself, see [Group.Wait]), which then also runs the
 // callbacks of the tasks after it that are already done: there is no extra
 // goroutine and no channel per task, and a task costs no allocation beyond
 // its closure and its callback's.
 //
-// Backpressure: at most window tasks are between Go and the end of their
-// callback. Go blocks while the window is full (running queued tasks of the
-// stream meanwhile in a slot of the pool's, as Group.Wait does), so a fast
-// producer cannot run ahead of a slow
-// head of line or slow callbacks. The window is the WithLimit limit if
-// given (which also bounds the tasks running at once), else the pool's
-// worker limit when the stream is made.
+// Backpressure: at most window tasks are between [Stream.Go] and the end
+// of their callback. Go blocks while the window is full (running queued
+// tasks of the stream meanwhile in a slot of the pool's, as Group.Wait
+// does), so a fast producer cannot run ahead of a slow head of line or
+// slow callbacks. The window is the [WithLimit] limit if given (which also
+// bounds the tasks running at once), else the pool's worker limit when the
+// stream is made.
 //
-// Failures: a panic in a task or a callback is recovered as a *PanicError,
-// cancels the stream (unless WithAllErrors) and comes back from Wait (or is
-// re-panicked there WithRepanic; one that Wait does not report goes to the
-// pool's panic handler, see Group.Wait). Callbacks run up to the first task
-// that produced none, because it panicked or was skipped after the stream
-// was cancelled, or up to a callback that panicked; no later callback runs,
-// even WithAllErrors, so consumers never see a gap in the order. Tasks
-// report their own errors through their callbacks.
+// Failures: a panic in a task or a callback is recovered as a
+// [*PanicError], cancels the stream (unless [WithAllErrors]) and comes back
+// from [Stream.Wait] (or is re-panicked there [WithRepanic]; one that Wait
+// does not report goes to the pool's panic handler, see Group.Wait).
+// Callbacks run up to the first task that produced none, because it
+// panicked or was skipped after the stream was cancelled, or up to a
+// callback that panicked; no later callback runs, even WithAllErrors, so
+// consumers never see a gap in the order. Tasks report their own errors
+// through their callbacks.
 //
-// A Stream must be made with NewStream and is safe for concurrent use;
+// A Stream must be made with [NewStream] and is safe for concurrent use;
 // like a Group's, a zero or nil Stream's methods return an error.
 // Neither a task nor a callback may call Go on its own stream: a task holds
 // its place in the window until its callback has returned, so with the
@@ -68,8 +69,8 @@ const (
 )
 
 // NewStream returns a stream of tasks that run on p with a context derived
-// from ctx, as NewGroup's is. It panics with an error wrapping ErrInvalid
-// if ctx is nil or an option is nil or invalid.
+// from ctx, as [NewGroup]'s is. It panics with an error wrapping
+// [ErrInvalid] if ctx is nil or an option is nil or invalid.
 func NewStream(ctx context.Context, p *Pool, opts ...GroupOption) *Stream {
 	s := new(Stream)
 	s.c.exec = s.exec
@@ -86,27 +87,27 @@ func NewStream(ctx context.Context, p *Pool, opts ...GroupOption) *Stream {
 }
 
 // Go submits task, waiting while the stream's window is full. It returns
-// ErrNilTask for a nil task, ErrGroupDone after Wait has returned,
-// ErrStopped once the pool has begun to stop, and the cause of the
-// stream's context once it is cancelled (the task would not run): in all
-// these cases task never runs. As Group.Go does, it records a nil task
-// and a stopped pool as the stream's error: without WithAllErrors that
-// cancels the stream, and later calls of Go return that error.
+// [ErrNilTask] for a nil task, [ErrGroupDone] after [Stream.Wait] has
+// returned, [ErrStopped] once the pool has begun to stop, and the cause of
+// the stream's context once it is cancelled (the task would not run): in
+// all these cases task never runs. As [Group.Go] does, it records a nil
+// task and a stopped pool as the stream's error: without [WithAllErrors]
+// that cancels the stream, and later calls of Go return that error.
 func (s *Stream) Go(task func(ctx context.Context) func()) error {
 	return s.goAs(nil, task, pushGo)
 }
 
-// TryGo submits task like Go if the window has room for it, and reports
-// whether it did; it never waits.
+// TryGo submits task like [Stream.Go] if the window has room for it, and
+// reports whether it did; it never waits.
 func (s *Stream) TryGo(task func(ctx context.Context) func()) bool {
 	return s.goAs(nil, task, pushTry) == nil
 }
 
-// GoContext submits task like Go, waiting while the window is full until
-// ctx ends; it then returns ctx's error and task never runs. Unlike Go, it
-// does not run queued tasks of the stream while it waits, so that it
-// returns when ctx ends. It returns an error wrapping ErrInvalid for a nil
-// ctx.
+// GoContext submits task like [Stream.Go], waiting while the window is
+// full until ctx ends; it then returns ctx's error and task never runs.
+// Unlike Go, it does not run queued tasks of the stream while it waits, so
+// that it returns when ctx ends. It returns an error wrapping [ErrInvalid]
+// for a nil ctx.
 func (s *Stream) GoContext(ctx context.Context, task func(ctx context.Context) func()) error {
 	if ctx == nil {
 		return invalidf("Stream.GoContext: nil context")
@@ -196,9 +197,9 @@ func (s *Stream) goAs(ctx context.Context, task func(context.Context) func(), mo
 }
 
 // Wait blocks until every task has finished and every callback that is to
-// run has returned, and returns the stream's error as Group.Wait does.
+// run has returned, and returns the stream's error as [Group.Wait] does.
 // While it waits it runs queued tasks itself, as Group.Wait does. Later Go
-// calls return ErrGroupDone.
+// calls return [ErrGroupDone].
 func (s *Stream) Wait() error {
 	if s == nil {
 		return errZeroGroup

@@ -7,7 +7,8 @@ import (
 )
 
 // A Task is the handle of a function submitted with one of the Submit
-// forms of a Pool, Keyed, Priority or RateLimited: Wait returns its error.
+// forms of a [Pool], [Keyed], [Priority] or [RateLimited]: [Task.Wait]
+// returns its error.
 type Task struct {
 	p        *Pool
 	fn       func(context.Context) error
@@ -23,16 +24,16 @@ type Task struct {
 }
 
 // Wait blocks until the task has finished and returns its error: the
-// function's own, a *PanicError if it panicked, ErrGoexit, or the error that
-// kept it from running (ErrStopped, ErrQueueFull, ErrDropped, ErrNilTask, a
-// context's error from a SubmitContext, or an error wrapping ErrInvalid for
-// a nil or zero pool or layer).
+// function's own, a [*PanicError] if it panicked, [ErrGoexit], or the error
+// that kept it from running ([ErrStopped], [ErrQueueFull], [ErrDropped],
+// [ErrNilTask], a context's error from a [Pool.SubmitContext], or an error
+// wrapping [ErrInvalid] for a nil or zero pool or layer).
 //
 // Called from inside a task of the same pool, Wait lends that task's slot
 // while it waits, so that the task waited for can run even when every
 // worker is a task waiting so; the pool still runs no more tasks at once
-// than its limit, as the waiting one runs none. (A task that waits on Done
-// in a select holds its slot.)
+// than its limit, as the waiting one runs none. (A task that waits on
+// [Task.Done] in a select holds its slot.)
 func (t *Task) Wait() error {
 	if t == nil || t.done == nil {
 		return errZeroTask

@@ -15,11 +15,12 @@ import (
 )
 
 // A Batcher collects items into batches and flushes them. All its methods
-// are safe for concurrent use. Create one with New and call Close when done:
-// until then it may hold unflushed items. The methods of a zero Batcher, or
-// of a nil *Batcher, accept nothing and report an error wrapping
-// crew.ErrInvalid: Add, Flush and Close return it, TryAdd reports false and
-// Stats zeros.
+// are safe for concurrent use. Create one with [New] and call
+// [Batcher.Close] when done: until then it may hold unflushed items. The
+// methods of a zero Batcher, or of a nil *Batcher, accept nothing and
+// report an error wrapping [crew.ErrInvalid]: [Batcher.Add],
+// [Batcher.Flush] and Close return it, [Batcher.TryAdd] reports false and
+// [Batcher.Stats] zeros.
 type Batcher[T any] struct {
 	// Set by New, read-only afterwards.
 	flushFn    func(context.Context, []T) error
@@ -82,21 +83,22 @@ type sealed[T any] struct {
 	seq   uint64
 }
 
-// New returns a Batcher that passes each batch to flush. flush is called
-// with a context that is canceled only when Close gives up waiting; it must
-// not keep the slice after it returns, because the slice is reused. A flush
-// that returns an error, or panics (the error is then a *crew.PanicError),
-// is retried and then handed to the error handler (see WithRetry and
-// WithErrorHandler). flush must not call Flush or Close on its Batcher, nor
-// Add at the pending bound: they would wait for it to return, for ever.
+// New returns a [Batcher] that passes each batch to flush. flush is called
+// with a context that is canceled only when [Batcher.Close] gives up
+// waiting; it must not keep the slice after it returns, because the slice
+// is reused. A flush that returns an error, or panics (the error is then a
+// [*crew.PanicError]), is retried and then handed to the error handler
+// (see [WithRetry] and [WithErrorHandler]). flush must not call
+// [Batcher.Flush] or Close on its Batcher, nor [Batcher.Add] at the
+// pending bound: they would wait for it to return, for ever.
 //
-// By default a batch is sealed at DefaultMaxItems items or after
-// DefaultMaxWait, batches are flushed one at a time on a crew pool of the
-// Batcher's own, a failed flush is not retried, and Add blocks while
-// 4*(flushes+1)*maxItems items are pending (see WithMaxPending).
+// By default a batch is sealed at [DefaultMaxItems] items or after
+// [DefaultMaxWait], batches are flushed one at a time on a crew pool of
+// the Batcher's own, a failed flush is not retried, and Add blocks while
+// 4*(flushes+1)*maxItems items are pending (see [WithMaxPending]).
 //
-// New panics, with an error wrapping crew.ErrInvalid, if flush is nil, an
-// option is invalid, or a function given to WithMaxBytes or
+// New panics, with an error wrapping [crew.ErrInvalid], if flush is nil,
+// an option is invalid, or a function given to [WithMaxBytes] or
 // WithErrorHandler is for another item type than T.
 func New[T any](flush func(ctx context.Context, items []T) error, opts ...Option) *Batcher[T] {
 	s := defaultSettings()
@@ -203,15 +205,15 @@ var errMustWait = errors.New("batch: must wait for room")
 
 // Add adds item to the open batch, which it may seal and hand to a flush.
 // It returns once the item is accepted, without waiting for the flush.
-// It waits only when the pending bound is reached with the Block policy
-// (or DropOldest with nothing to drop, see DropOldest), until a flush
-// finishes or ctx ends, and then returns ctx.Err(). It returns ErrFull at
-// the bound with the Fail policy, and ErrClosed once Close has been
-// called. It returns an error wrapping crew.ErrInvalid, accepting nothing,
-// for a nil ctx, for an item that the WithMaxBytes size function sizes
-// below 0, and on a Batcher not made by New. With WithPool, the Add that
-// seals a batch may first wait for room in the pool's queue, whatever ctx
-// (see WithPool).
+// It waits only when the pending bound is reached with the [Block] policy
+// (or [DropOldest] with nothing to drop, see DropOldest), until a flush
+// finishes or ctx ends, and then returns ctx.Err(). It returns [ErrFull]
+// at the bound with the [Fail] policy, and [ErrClosed] once
+// [Batcher.Close] has been called. It returns an error wrapping
+// [crew.ErrInvalid], accepting nothing, for a nil ctx, for an item that
+// the [WithMaxBytes] size function sizes below 0, and on a Batcher not
+// made by [New]. With [WithPool], the Add that seals a batch may first
+// wait for room in the pool's queue, whatever ctx (see WithPool).
 func (b *Batcher[T]) Add(ctx context.Context, item T) error {
 	switch {
 	case !b.usable():
@@ -245,12 +247,13 @@ func (b *Batcher[T]) Add(ctx context.Context, item T) error {
 	}
 }
 
-// TryAdd is Add without waiting for room: it reports whether item was
-// accepted. It returns false once Close has been called, and at the pending
-// bound unless the policy is DropOldest and an item could be dropped (see
-// DropOldest). It returns false, too, where Add would return an error
-// wrapping crew.ErrInvalid. (With WithPool, the TryAdd that seals a batch
-// may still wait for room in the pool's queue: see WithPool.)
+// TryAdd is [Batcher.Add] without waiting for room: it reports whether
+// item was accepted. It returns false once [Batcher.Close] has been
+// called, and at the pending bound unless the policy is [DropOldest] and
+// an item could be dropped (see DropOldest). It returns false, too, where
+// Add would return an error wrapping [crew.ErrInvalid]. (With [WithPool],
+// the TryAdd that seals a batch may still wait for room in the pool's
+// queue: see WithPool.)
 func (b *Batcher[T]) TryAdd(item T) bool {
 	if !b.usable() {
 		return false
@@ -297,12 +300,12 @@ func (b *Batcher[T]) acceptLocked(item T, size int, handOver bool) {
 // wrapping the first flush error among them otherwise (the items are with
 // the error handler by then; a batch that had failed before the call was
 // reported to the handler, not here), ctx.Err() if ctx ends first (the
-// flushes go on), and ErrClosed once Close has been called. Items that
-// DropOldest discarded went to the error handler when they were dropped;
-// they are not flush errors. Flush returns an error wrapping
-// crew.ErrInvalid, doing nothing, for a nil ctx and on a Batcher not made
-// by New. With WithPool, sealing may first wait for room in the pool's
-// queue, whatever ctx (see WithPool).
+// flushes go on), and [ErrClosed] once [Batcher.Close] has been called.
+// Items that [DropOldest] discarded went to the error handler when they
+// were dropped; they are not flush errors. Flush returns an error wrapping
+// [crew.ErrInvalid], doing nothing, for a nil ctx and on a Batcher not
+// made by [New]. With [WithPool], sealing may first wait for room in the
+// pool's queue, whatever ctx (see WithPool).
 func (b *Batcher[T]) Flush(ctx context.Context) error {
 	switch {
 	case !b.usable():
@@ -350,12 +353,13 @@ func (b *Batcher[T]) Flush(ctx context.Context) error {
 
 // Close stops intake, flushes every item accepted, and waits for the
 // flushes, retries and error handler calls to finish; then it stops the
-// Batcher's own pool (never one given by WithPool). Add and TryAdd calls
-// waiting for room return ErrClosed. Close returns nil if the last batches
-// were flushed, an error wrapping the first flush error of a batch that
-// finished during the call otherwise, and ErrClosed if Close was already
-// called. It returns an error wrapping crew.ErrInvalid, leaving the
-// Batcher as it was, for a nil ctx and on a Batcher not made by New.
+// Batcher's own pool (never one given by [WithPool]). [Batcher.Add] and
+// [Batcher.TryAdd] calls waiting for room return [ErrClosed]. Close
+// returns nil if the last batches were flushed, an error wrapping the
+// first flush error of a batch that finished during the call otherwise,
+// and ErrClosed if Close was already called. It returns an error wrapping
+// [crew.ErrInvalid], leaving the Batcher as it was, for a nil ctx and on a
+// Batcher not made by [New].
 //
 // If ctx ends first, Close gives up: it cancels the context of the running
 // flushes (which then skip their remaining retries and go to the error
@@ -413,8 +417,8 @@ func (b *Batcher[T]) Close(ctx context.Context) error {
 	return b.closeErr
 }
 
-// Stats returns a snapshot of the Batcher's counters: zeros on a Batcher
-// not made by New.
+// Stats returns a snapshot of the Batcher's counters ([Stats]): zeros on a
+// Batcher not made by [New].
 func (b *Batcher[T]) Stats() Stats {
 	if !b.usable() {
 		return Stats{}

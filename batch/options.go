@@ -8,7 +8,7 @@ import (
 	"github.com/gocrew/crew"
 )
 
-// Defaults used by New for what no option sets.
+// Defaults used by [New] for what no option sets.
 const (
 	// DefaultMaxItems is the number of items that seals a batch.
 	DefaultMaxItems = 100
@@ -17,14 +17,14 @@ const (
 	DefaultMaxWait = 100 * time.Millisecond
 )
 
-// An Option configures a Batcher; pass options to New. An option never
-// panics when called: New panics with an error wrapping crew.ErrInvalid
+// An Option configures a [Batcher]; pass options to [New]. An option never
+// panics when called: New panics with an error wrapping [crew.ErrInvalid]
 // that names each nil or invalid option (a non-positive size, a nil
 // function, an unknown policy).
 type Option func(*settings)
 
-// FullPolicy says what Add does when the pending bound set by
-// WithMaxPending is reached.
+// FullPolicy says what [Batcher.Add] does when the pending bound set by
+// [WithMaxPending] is reached.
 type FullPolicy int
 
 const (
@@ -92,7 +92,7 @@ func defaultSettings() settings {
 }
 
 // WithMaxItems seals a batch as soon as it holds n items. n must be
-// positive; the default is DefaultMaxItems.
+// positive; the default is [DefaultMaxItems].
 func WithMaxItems(n int) Option {
 	return positive("WithMaxItems", n, func(s *settings) { s.maxItems = n })
 }
@@ -114,8 +114,9 @@ func positive(option string, n int, set func(*settings)) Option {
 // batcher's lock). An item that would take the batch over n seals the batch
 // first and starts the next one; an item larger than n on its own is
 // flushed alone. n must be positive and size not nil; T must be the
-// Batcher's item type. size must not return a negative size: Add returns
-// an error wrapping crew.ErrInvalid for such an item, and TryAdd false.
+// [Batcher]'s item type. size must not return a negative size:
+// [Batcher.Add] returns an error wrapping [crew.ErrInvalid] for such an
+// item, and [Batcher.TryAdd] false.
 // There is no byte bound by default.
 func WithMaxBytes[T any](n int, size func(T) int) Option {
 	return func(s *settings) {
@@ -133,7 +134,7 @@ func WithMaxBytes[T any](n int, size func(T) int) Option {
 // WithMaxWait seals a batch when its first item has waited d, however few
 // items it holds. One timer is armed when a batch gets its first item;
 // nothing runs while the batcher is idle. d must be positive; the default
-// is DefaultMaxWait.
+// is [DefaultMaxWait].
 func WithMaxWait(d time.Duration) Option {
 	return func(s *settings) {
 		if d <= 0 {
@@ -146,26 +147,27 @@ func WithMaxWait(d time.Duration) Option {
 
 // WithMaxConcurrentFlushes lets up to n flushes run at the same time. The
 // default, 1, flushes batches one at a time in the order they were sealed.
-// Without WithPool, New creates a crew pool of n workers for the flushes and
-// Close stops it. n must be positive.
+// Without [WithPool], [New] creates a crew pool of n workers for the
+// flushes and [Batcher.Close] stops it. n must be positive.
 func WithMaxConcurrentFlushes(n int) Option {
 	return positive("WithMaxConcurrentFlushes", n, func(s *settings) { s.maxFlushes = n })
 }
 
-// WithPool runs the flushes on p, which may be shared with other work,
-// instead of a pool of the Batcher's own. The Batcher never stops p. A
-// flusher goroutine takes batches one after the other; the first is
-// submitted with p.Go by the call that seals a batch (Add, Flush, Close or
-// the timer), which waits if p's queue is bounded and full (WithNonBlocking:
+// WithPool runs the flushes on p, a [crew.Pool] that may be shared with
+// other work, instead of a pool of the [Batcher]'s own. The Batcher never
+// stops p. A flusher goroutine takes batches one after the other; the
+// first is submitted with p.Go ([crew.Pool.Go]) by the call that seals a
+// batch ([Batcher.Add], [Batcher.Flush], [Batcher.Close] or the timer),
+// which waits if p's queue is bounded and full ([crew.WithNonBlocking]:
 // the flusher then runs on a goroutine of its own), and runs the flusher
 // itself if p was stopped (Flush and Close run it on a goroutine of its
-// own, so that their ctx can still end their wait). Further
-// flushers, for a backlog, are submitted with p.TryGo and skipped if p has
-// no room. Should p's Shutdown drop a flusher queued on it, the Batcher
-// learns of it when the deadline passes (see crew.Pool.Done; it keeps a
-// goroutine that waits for that until Close) and flushes the batches on a
-// goroutine of its own. p must not be nil, and must have been made by
-// crew.New (a zero Pool runs nothing).
+// own, so that their ctx can still end their wait). Further flushers, for
+// a backlog, are submitted with p.TryGo ([crew.Pool.TryGo]) and skipped
+// if p has no room. Should p's Shutdown ([crew.Pool.Shutdown]) drop a
+// flusher queued on it, the Batcher learns of it when the deadline passes
+// (see [crew.Pool.Done]; it keeps a goroutine that waits for that until
+// Close) and flushes the batches on a goroutine of its own. p must not be
+// nil, and must have been made by [crew.New] (a zero Pool runs nothing).
 func WithPool(p *crew.Pool) Option {
 	return func(s *settings) {
 		switch {
@@ -180,11 +182,12 @@ func WithPool(p *crew.Pool) Option {
 }
 
 // WithMaxPending bounds the items accepted but not finished (buffered,
-// waiting for a flush, being flushed or retried) to n, and sets what Add
-// does at the bound. n should be at least the batch size, or batches are
-// sealed by the timer only; math.MaxInt means no bound. n must be positive.
-// Without this option the bound is 4*(flushes+1)*maxItems, four full
-// batches for each flush slot and for the open batch, with Block.
+// waiting for a flush, being flushed or retried) to n, and sets what
+// [Batcher.Add] does at the bound ([Block], [Fail] or [DropOldest]). n
+// should be at least the batch size, or batches are sealed by the timer
+// only; [math.MaxInt] means no bound. n must be positive. Without this
+// option the bound is 4*(flushes+1)*maxItems, four full batches for each
+// flush slot and for the open batch, with Block.
 func WithMaxPending(n int, policy FullPolicy) Option {
 	return func(s *settings) {
 		switch {
@@ -218,20 +221,20 @@ func WithRetry(attempts int, base, maxDelay time.Duration) Option {
 }
 
 // WithErrorHandler sets the function that receives the items of a batch
-// whose last flush attempt failed, with that attempt's error, and each item
-// dropped by DropOldest, with ErrDropped. It is called from the goroutine
-// that flushed (or dropped, see DropOldest; Close's, for the batches a
-// Close that gives up abandons), with a context that is never canceled,
-// and must not keep items after it returns: the slice is reused. A panic
-// in it is logged. It may add the items back for a later try with TryAdd,
-// or with Add and a deadline: at the pending bound, the room Add waits for
-// may come only when this batch finishes, after the handler returns (a
-// Flush or Close from the handler would wait for it likewise, for ever).
-// With DropOldest, such an Add or TryAdd drops at most one item, which
-// goes to the handler after this call returns (see DropOldest).
-// The default handler logs failed flushes with the log package and
-// ignores drops, which Stats counts. T must be the Batcher's item type and
-// h not nil.
+// whose last flush attempt failed, with that attempt's error, and each
+// item dropped by [DropOldest], with [ErrDropped]. It is called from the
+// goroutine that flushed (or dropped, see DropOldest; [Batcher.Close]'s,
+// for the batches a Close that gives up abandons), with a context that is
+// never canceled, and must not keep items after it returns: the slice is
+// reused. A panic in it is logged. It may add the items back for a later
+// try with [Batcher.TryAdd], or with [Batcher.Add] and a deadline: at the
+// pending bound, the room Add waits for may come only when this batch
+// finishes, after the handler returns (a Flush or Close from the handler
+// would wait for it likewise, for ever). With DropOldest, such an Add or
+// TryAdd drops at most one item, which goes to the handler after this call
+// returns (see DropOldest). The default handler logs failed flushes with
+// the [log] package and ignores drops, which [Stats] counts. T must be the
+// [Batcher]'s item type and h not nil.
 func WithErrorHandler[T any](h func(ctx context.Context, items []T, err error)) Option {
 	return func(s *settings) {
 		if h == nil {

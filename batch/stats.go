@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// Stats is a snapshot of a Batcher's counters, taken by Batcher.Stats.
+// Stats is a snapshot of a [Batcher]'s counters, taken by [Batcher.Stats].
 // Counters only grow; Pending and InFlight are current values.
 type Stats struct {
 	// Added counts the items accepted by Add and TryAdd.
@@ -66,7 +66,7 @@ func bucketBound(i int) uint64 {
 }
 
 // Latency summarizes a set of durations: their count, sum, maximum and a
-// histogram for quantile estimates.
+// histogram for quantile estimates ([Latency.Quantile]).
 type Latency struct {
 	Count uint64
 	Total time.Duration
@@ -85,7 +85,7 @@ func (l Latency) Mean() time.Duration {
 // Quantile returns an upper estimate of the q-quantile (0 <= q <= 1) of
 // the durations: the upper bound of the histogram bucket holding it, at
 // most 25% (or 1 µs) above the true value, and never above Max. It returns
-// 0 if there is no duration. Like crew.HistogramSnapshot.Quantile, it
+// 0 if there is no duration. Like [crew.HistogramSnapshot.Quantile], it
 // clamps q into [0, 1]: a q below 0 reads as 0, one above 1 (or NaN) as 1.
 func (l Latency) Quantile(q float64) time.Duration {
 	if l.Count == 0 {
