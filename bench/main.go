@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -47,6 +48,7 @@ func run() error {
 		quick      = flag.Bool("quick", false, fmt.Sprintf("quick look (under 2 minutes on 2 cores): -scale %g -runs %d unless given", quickScale, quickRuns))
 		scale      = flag.Float64("scale", envScale, "multiply every workload's task count by this factor in (0, 1] (default $"+workload.ScaleEnv+" or 1)")
 		out        = flag.String("out", "results", "folder for results.md, results.json and the SVG charts")
+		seed       = flag.Uint64("seed", 0, "seed of the subjects' order in each round (default: from the clock; the report records it)")
 	)
 	flag.Parse()
 	if *quick {
@@ -75,10 +77,13 @@ func run() error {
 		return err
 	}
 
+	if *seed == 0 {
+		*seed = uint64(time.Now().UnixNano())
+	}
 	report := &Report{
 		Meta: Meta{
 			Started: time.Now(), GoVersion: runtime.Version(), OS: runtime.GOOS, Arch: runtime.GOARCH,
-			NumCPU: runtime.NumCPU(), Scale: *scale, Runs: *runs,
+			NumCPU: runtime.NumCPU(), Scale: *scale, Runs: *runs, Seed: *seed,
 		},
 		Groups: groups,
 	}
@@ -154,8 +159,10 @@ func plan(tasks, workloads string, procs []int, subs []subjects.Subject, scale f
 }
 
 // measureAll runs every group: for each workload, the repetitions are the
-// outer loop and the subjects the inner one, in an order that rotates with
-// each repetition, so all subjects share the machine's noise fairly.
+// outer loop and the subjects the inner one, in an order shuffled afresh
+// for each repetition (from the report's seed), so that no subject always
+// runs just after another, whose garbage or leftover goroutines it would
+// then always inherit, and all subjects share the machine's noise fairly.
 func measureAll(r *Report, subs []subjects.Subject) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
 	total := 0
@@ -170,13 +177,14 @@ func measureAll(r *Report, subs []subjects.Subject) {
 	}
 	warmGoroutines(most)
 
+	rng := rand.New(rand.NewPCG(r.Meta.Seed, 0))
 	done := 0
 	for _, g := range r.Groups {
 		runtime.GOMAXPROCS(g.Procs)
 		for _, w := range g.Workloads {
 			for run := range r.Meta.Runs {
-				for i := range subs {
-					s := subs[(i+run)%len(subs)]
+				for _, i := range rng.Perm(len(subs)) {
+					s := subs[i]
 					x := measure(func() { s.Run(w.Users, w.TasksPerUser, w.Limit, g.fn) })
 					x.Task, x.Procs, x.Workload, x.Subject, x.Run = g.Task, g.Procs, w.Name, s.Name, run
 					r.Samples = append(r.Samples, x)

@@ -28,6 +28,7 @@ type Meta struct {
 	NumCPU    int       `json:"num_cpu"`
 	Scale     float64   `json:"scale"`
 	Runs      int       `json:"runs"`
+	Seed      uint64    `json:"seed"` // of the subjects' order in each round
 }
 
 // A Group is one table: a task kind at one GOMAXPROCS, with the workloads
@@ -97,8 +98,8 @@ func isCrew(name string) bool {
 // WriteMarkdown renders the two tables of every group.
 func (r *Report) WriteMarkdown(w io.Writer) {
 	m := r.Meta
-	fmt.Fprintf(w, "# crew vs peers\n\n%s %s/%s, %d CPUs, scale %g, median of %d runs, %s.\n",
-		m.GoVersion, m.OS, m.Arch, m.NumCPU, m.Scale, m.Runs, m.Started.Format(time.DateTime))
+	fmt.Fprintf(w, "# crew vs peers\n\n%s %s/%s, %d CPUs, scale %g, median of %d runs in shuffled order (seed %d), %s.\n",
+		m.GoVersion, m.OS, m.Arch, m.NumCPU, m.Scale, m.Runs, m.Seed, m.Started.Format(time.DateTime))
 	for _, g := range r.Groups {
 		fmt.Fprintf(w, "\n## %s, GOMAXPROCS=%d\n\n", g.Task, g.Procs)
 		for _, wl := range g.Workloads {
