@@ -12,9 +12,16 @@ import (
 //
 // Workers start lazily, up to the limit given to [New], and retire after an
 // idle timeout. Tasks wait in a queue, unbounded unless [WithQueueSize] says
-// otherwise; each worker takes the oldest task of the part of the queue it
-// looks at, so tasks start roughly, not strictly, in submission order. All
-// methods are safe for concurrent use.
+// otherwise. All methods are safe for concurrent use.
+//
+// A pool whose limit is below 16 keeps its queue in one piece, and workers
+// take tasks from it in the order they were queued: on a pool of one
+// worker, a goroutine's tasks run in the order it submitted them. A larger
+// pool splits its queue into up to twice GOMAXPROCS shards, so that
+// producers and workers seldom meet; a goroutine fills the shards in turn
+// and workers empty them in the same turn, so a task is taken after at
+// most a few of its goroutine's later tasks per shard. Tasks running on
+// several workers at once may of course finish, and start, in any order.
 //
 // Work is submitted in three forms, the same on every type of crew that
 // accepts work: the plain call ([Pool.Go], [Pool.Submit]) waits for room
@@ -229,7 +236,8 @@ func (p *Pool) Shutdown(ctx context.Context) error { return p.core().shutdown(ct
 // for queued tasks; when it shrinks, workers beyond n retire as they finish
 // their current task, and idle ones ([Stats].Idle) as they are woken. A
 // worker that was looking for a task as Resize returned may still start
-// one. No task is lost or run twice. A bounded queue keeps its size.
+// one. No task is lost or run twice. A bounded queue keeps its size, and
+// the queue its shards, as New split it for the first limit.
 // Resize returns an error wrapping [ErrInvalid] if n < 1.
 func (p *Pool) Resize(n int) error { return p.core().resize(n) }
 

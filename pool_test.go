@@ -705,3 +705,31 @@ func TestConcurrentShutdownsReportEachDropOnce(t *testing.T) {
 		t.Fatalf("the two Shutdowns report %d dropped in all, want %d", total, queued)
 	}
 }
+
+// A pool that runs one task at a time runs one goroutine's tasks in the
+// order it submitted them, whether they queue up behind a busy worker or
+// find it idle.
+func TestOneWorkerPoolKeepsSubmissionOrder(t *testing.T) {
+	leak.Check(t)
+	for round := range 500 {
+		p := crew.New(1)
+		var mu sync.Mutex
+		var order []int
+		for i := range 10 {
+			p.Go(func() {
+				mu.Lock()
+				order = append(order, i)
+				mu.Unlock()
+			})
+			if round%2 == 0 {
+				runtime.Gosched()
+			}
+		}
+		p.Stop()
+		for i, got := range order {
+			if got != i {
+				t.Fatalf("round %d: tasks ran as %v", round, order)
+			}
+		}
+	}
+}

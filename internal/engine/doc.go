@@ -5,11 +5,14 @@
 //
 // Producers never hand a task to a particular worker: they append it to
 // one of a fixed set of shards (twice GOMAXPROCS, rounded up to a power of
-// two), and workers pull, at a few atomic operations per task instead of a
-// wake-up. A producer picks a shard by hashing a push count kept in a
-// stripe chosen by its stack address, so that consecutive pushes land far
-// apart (spread.go); a worker looks first at the shard where it last found
-// a task, then at the others in turn.
+// two, but at most one per eight workers of the limit, so that a small
+// pool has one), and workers pull, at a few atomic operations per task
+// instead of a wake-up. A producer takes the shards in turn from an offset
+// of its own, counting its pushes in a stripe chosen by its stack address
+// (spread.go); a worker visits them in the same turn, one task from each.
+// A shard keeps its tasks in order, so one producer's tasks are taken in
+// order from a single shard, and from several with each passed by at most
+// a few tasks pushed after it per shard.
 //
 // A shard is a bounded lock-free ring in which producers and workers write
 // separate cache lines, with a fifo under a mutex behind it for backlogs

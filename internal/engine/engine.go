@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"math/bits"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -82,7 +81,6 @@ type Engine[T any] struct {
 	shards  []shard[T]
 	stripes []stripe // see pick
 	mask    uint32
-	spread  uint8 // 64 - log2(len(shards)): pick keeps its hash's top bits
 
 	closed atomic.Bool // intake is closed; each shard also has the flag under its lock
 	// The last task a worker timed ran longer than longTask (see runTimed
@@ -149,7 +147,7 @@ func New[T any](cfg Config[T]) *Engine[T] {
 	if cfg.MaxWorkers <= 0 || cfg.MinWorkers < 0 || cfg.MinWorkers > cfg.MaxWorkers || cfg.IdleTimeout < 0 || cfg.Run == nil && cfg.NewRunner == nil {
 		panic("engine: invalid config")
 	}
-	n := shardCount()
+	n := shardCount(cfg.MaxWorkers)
 	e := &Engine[T]{
 		run:       cfg.Run,
 		newRunner: cfg.NewRunner,
@@ -159,7 +157,6 @@ func New[T any](cfg Config[T]) *Engine[T] {
 		shards:    make([]shard[T], n),
 		stripes:   make([]stripe, n),
 		mask:      uint32(n - 1),
-		spread:    uint8(64 - bits.TrailingZeros(uint(n))),
 		bounded:   cfg.QueueSize >= 0,
 		queue:     int64(cfg.QueueSize),
 		idleTime:  cfg.IdleTimeout,
@@ -189,15 +186,25 @@ func New[T any](cfg Config[T]) *Engine[T] {
 	return e
 }
 
-// shardCount returns how many shards an engine has: twice GOMAXPROCS,
-// rounded up to a power of two.
-func shardCount() int {
+// shardCount returns how many shards an engine for maxWorkers workers
+// has: twice GOMAXPROCS, rounded up to a power of two, but no more than
+// one for every shardWorkers workers (rounded down to a power of two), so
+// that a small pool's memory is bounded by its limit, not by the machine,
+// and a pool of fewer than 2*shardWorkers workers has a single queue, in
+// which every producer's tasks keep their order.
+func shardCount(maxWorkers int) int {
 	n := 1
-	for n < 2*runtime.GOMAXPROCS(0) {
+	for n < 2*runtime.GOMAXPROCS(0) && 2*n*shardWorkers <= maxWorkers {
 		n <<= 1
 	}
 	return n
 }
+
+// shardWorkers is the fewest workers per shard: workers that share a
+// shard meet on its read count, and more workers than processors add no
+// contention, so the bound costs a small pool little while a shard costs
+// a few kilobytes.
+const shardWorkers = 8
 
 // capacity returns workers+queue, saturating instead of overflowing.
 func capacity(workers, queue int64) int64 {
@@ -311,17 +318,11 @@ func (e *Engine[T]) enqueue(t T) error {
 		n, r = s.push(t)
 	}
 	if r == ringFull {
-		// Many producers spill at once when the workers fall behind, and
-		// one preempted while it holds a lock would stop the others: a
-		// busy shard is skipped rather than waited for, as one of the
-		// next few is free.
-		for k := uint32(1); !s.mu.TryLock(); k++ {
-			if k > e.mask {
-				s.mu.Lock()
-				break
-			}
-			s = &e.shards[(i+k)&e.mask]
-		}
+		// The producer waits for a busy spill queue rather than spill into
+		// another shard: its tasks stay in the shards in turn, and every
+		// shard's backlog grows at the same pace, so that workers taking
+		// the shards in turn take the tasks close to their order.
+		s.mu.Lock()
 		n, r = s.spill(t)
 		spilled = true
 	}

@@ -165,8 +165,8 @@ func (s *shard[T]) pushRing(t T) uint64 {
 }
 
 // pop takes the oldest task. wait is set for a worker's last look before
-// it parks, which must not miss a task: it waits for a busy spill queue's
-// lock, where others skip it (they look again).
+// it parks, which must not miss a task: it looks behind the ring even when
+// the shard was not spilling as it looked (see popBehindRing).
 func (s *shard[T]) pop(wait bool) (t T, ok bool) {
 	if t, ok = s.popRing(); ok || !wait && !s.spilling.Load() {
 		return t, ok
@@ -186,24 +186,31 @@ func (s *shard[T]) popBehindRing(wait bool) (t T, ok bool) {
 		}
 		return t, false
 	}
-	if wait {
-		s.mu.Lock()
-	} else if !s.mu.TryLock() {
-		return t, false
-	}
+	// A busy spill queue is waited for, not skipped: its lock is held for
+	// one append or one move into the ring, and a worker that skipped it
+	// would take later tasks from the other shards while this backlog
+	// waited a turn.
+	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.popSpilled()
 }
 
 // popSpilled takes the oldest task of a shard that was spilling when the
-// caller looked, with s.mu held. A worker that takes from the spill queue
-// moves what fits of the rest into the ring, so that a backlog costs the
-// workers a lock per ringful, not per task. The spill queue may have been
+// caller looked, with s.mu held: the ring's, if it has one, else the
+// spill queue's. A worker that takes from the spill queue moves what fits
+// of the rest into the ring, so that a backlog costs the workers a lock
+// per ringful, not per task. The spill queue may have been
 // moved into the ring while the caller waited for the lock, so an empty
 // one sends it back to the ring: a worker's last look before it parks
 // that missed those tasks would leave them queued with nobody to take
 // them (popBehindRing covers the same move when it finds the flag clear).
 func (s *shard[T]) popSpilled() (t T, ok bool) {
+	// The ring may have filled since the caller found it empty: its tasks
+	// are older than the spill queue's, which were queued while they
+	// waited.
+	if t, ok = s.popRing(); ok {
+		return t, true
+	}
 	if t, ok = s.q.Pop(); ok {
 		s.moving.Add(1)
 		defer s.moving.Add(1)

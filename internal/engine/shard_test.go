@@ -26,6 +26,26 @@ func add(s *shard[int], v int) bool {
 	return r == accepted
 }
 
+// A worker that found the ring empty and then waited for the spill
+// queue's lock may find the ring refilled meanwhile, and a task spilled
+// behind it: it takes the ring's oldest task, not the spill queue's, which
+// was queued after every task in the ring.
+func TestShardSpillPopTakesARefilledRingFirst(t *testing.T) {
+	leak.Check(t)
+	s := newShard()
+	for i := range ringSize + 1 {
+		if !add(s, i) {
+			t.Fatalf("push %d refused", i)
+		}
+	}
+	s.mu.Lock()
+	v, ok := s.popSpilled()
+	s.mu.Unlock()
+	if !ok || v != 0 {
+		t.Fatalf("popSpilled = %d, %v; want 0, the ring's oldest", v, ok)
+	}
+}
+
 // One goroutine pushing past the ring into the spill queue and popping
 // everything gets its tasks back in order, with the counts right at every
 // step: the ring first, then the spill queue moved into the ring.

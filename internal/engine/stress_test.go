@@ -369,14 +369,13 @@ func TestEngineParkLooksAtBusyShards(t *testing.T) {
 	s.spilled.Add(1)
 	s.spilling.Store(true)
 	close(hold)
-	// The worker finishes its task, searches, and parks: blocked in park
-	// either way, asleep on its own mutex had it skipped the busy shard,
-	// or waiting for the shard's lock in its last look.
+	// The worker finishes its task and searches: asleep in park had it
+	// skipped the busy shard, or waiting for the shard's lock.
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		d := leak.Dump()
 		if strings.Contains(d, "[select") && strings.Contains(d, ").park(") ||
-			strings.Contains(d, "[sync.Mutex.Lock") && strings.Contains(d, ").park(") {
+			strings.Contains(d, "[sync.Mutex.Lock") && strings.Contains(d, ").popBehindRing(") {
 			break
 		}
 		if time.Now().After(deadline) {

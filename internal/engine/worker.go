@@ -301,12 +301,12 @@ func (w *worker[T]) runTimed(t T) {
 }
 
 // pop takes the task at the head of the first non-empty shard, starting at
-// the one where the worker last found a task: when producers outpace the
-// workers, that shard is the likeliest to hold more. A busy spill queue is
-// skipped unless wait is set: a searcher looks again anyway, but a
-// worker's last look before it parks must not miss a shard whose lock is
-// held by someone who will not wake anybody (Close, or a worker about to
-// retire).
+// the one after the shard it last took a task from: a worker visits the
+// shards in turn, as a producer fills them (see pick), so that one
+// producer's tasks are taken close to the order they were pushed in and
+// no shard's backlog waits while another's is drained. wait is set for a
+// worker's last look before it parks, which must not miss a task that a
+// spill queue is moving into its ring (see shard.pop).
 //
 // Workers take one task at a time. Taking several at once would save
 // cache-line transfers, but a worker blocked in one task would hide the
@@ -315,10 +315,11 @@ func (w *worker[T]) runTimed(t T) {
 func (w *worker[T]) pop(wait bool) (t T, ok bool) {
 	e := w.e
 	for range e.shards {
-		if t, ok = e.shards[w.home&e.mask].pop(wait); ok {
+		s := &e.shards[w.home&e.mask]
+		w.home++
+		if t, ok = s.pop(wait); ok {
 			return t, true
 		}
-		w.home++
 	}
 	return t, false
 }
@@ -407,8 +408,8 @@ const (
 // workers, or it is closed and its queue empty, where a parked worker
 // would only wait for Exit to wake it (and hold a sudog meanwhile: one
 // allocation per worker of a pool that stops behind a backlog). Its last
-// look waits for busy spill queues, which the searchers' scans skip,
-// rather than retire and start another worker for a task it could take.
+// look sees every task queued before it, rather than retire and start
+// another worker for a task it could take.
 // A producer whose push began before Close, or that finds no searcher
 // now, finds room to start a worker, since we have left; and a push made
 // before we left is seen by the count below. The caller is no longer
