@@ -91,6 +91,76 @@ func BenchmarkGroup(b *testing.B) {
 	})
 }
 
+// smallTasks and smallLimit shape the fan-out most errgroup users write: a
+// handful of calls per request, under a small limit.
+const (
+	smallTasks = 4
+	smallLimit = 8
+)
+
+// BenchmarkSmallGroup measures the fan-out of one request: a group of four
+// tiny tasks per iteration. In "shared", crew's groups run on one pool of
+// eight made outside the timer, as a service would keep one, and errgroup
+// limits each group to eight; in "job", crew makes a pool of eight, runs the
+// group and stops the pool inside the loop, which is the whole fixed cost of
+// a pool made per request. errgroup and conc have no pool: they do the same
+// work in both. Names: BenchmarkSmallGroup/<shared|job>/<subject>; ns/op,
+// B/op and allocs/op are per group of four tasks. Run it with -cpu 2,8,64
+// to see how a pool's fixed cost varies with GOMAXPROCS.
+func BenchmarkSmallGroup(b *testing.B) {
+	ctx := context.Background()
+	fan := func(g *crew.Group) {
+		for range smallTasks {
+			if err := g.Go(groupTask); err != nil {
+				panic(err)
+			}
+		}
+	}
+	b.Run("shared/crew", func(b *testing.B) {
+		p := crew.New(smallLimit)
+		defer p.Stop()
+		b.ReportAllocs()
+		for b.Loop() {
+			g := p.Group(ctx)
+			fan(g)
+			mustGroup(g.Wait())
+		}
+	})
+	b.Run("job/crew", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			p := crew.New(smallLimit)
+			g := p.Group(ctx)
+			fan(g)
+			mustGroup(g.Wait())
+			p.Stop()
+		}
+	})
+	for _, mode := range []string{"shared", "job"} {
+		b.Run(mode+"/errgroup", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				g, gctx := errgroup.WithContext(ctx)
+				g.SetLimit(smallLimit)
+				for range smallTasks {
+					g.Go(func() error { return groupTask(gctx) })
+				}
+				mustGroup(g.Wait())
+			}
+		})
+		b.Run(mode+"/conc", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				p := pool.New().WithMaxGoroutines(smallLimit).WithContext(ctx).WithCancelOnError()
+				for range smallTasks {
+					p.Go(groupTask)
+				}
+				mustGroup(p.Wait())
+			}
+		})
+	}
+}
+
 func mustGroup(err error) {
 	if err != nil {
 		panic(err)
