@@ -40,11 +40,15 @@ import (
 // Wait helps, in a slot of the pool's: it runs the group's queued tasks on
 // the waiting goroutine while the group's limit allows, from outside the
 // pool in a slot it borrows while the pool has fewer live workers than its
-// limit (engine.Borrow), from one of the pool's own tasks in that task's
-// slot. This keeps a group that is waited on inside a pool task from
-// deadlocking when every worker is busy (the classic trap of nested groups
-// on a bounded pool), spares a hand-off per task where the pool has room,
-// and never runs more of the pool's tasks at once than its limit. Wait
+// limit or a parked worker to lend one (engine.Borrow), from one of the
+// pool's own tasks in that task's slot. This keeps a group that is waited
+// on inside a pool task from deadlocking when every worker is busy (the
+// classic trap of nested groups on a bounded pool), spares a hand-off per
+// task where the pool has room, and never runs more of the pool's tasks at
+// once than its limit. A waiter that finds no slot yields a few times
+// before it asks whether it is one of the pool's tasks, which costs a walk
+// of its stack: the workers holding the slots are most often about to
+// take the group's steps. Wait
 // also skips the queued tasks of a cancelled group, so that tasks left in
 // the group's queue (the pool stopped before their steps were queued, or
 // Shutdown dropped them) are accounted for rather than lost.
@@ -55,6 +59,11 @@ type entry[I any] struct {
 	seq int
 	it  I
 }
+
+// helpYields is how many times a waiter that finds queued tasks and no
+// slot to run them in yields its processor before it asks whether it is
+// one of the pool's workers, which costs a walk of its stack.
+const helpYields = 2
 
 // A Go that queues the yieldEvery-th task while more than yieldDepth wait
 // yields the processor once.
@@ -412,7 +421,8 @@ func (c *core[I]) mayHelp() bool {
 }
 
 // borrow takes a slot of the pool for a task the caller runs itself, if
-// the pool's limit has room (see engine.Borrow); giveBack returns it.
+// the pool's limit has room or a parked worker lends its slot (see
+// engine.Borrow); giveBack returns it.
 func (c *core[I]) borrow() bool {
 	pc := c.p.core()
 	return pc.usable() && pc.e.Borrow()
@@ -616,6 +626,7 @@ func (c *core[I]) await(n int) {
 	c.mu.Lock()
 	skipping := false // the context has been seen cancelled
 	help := 0         // whether the caller may run tasks (see mayHelp): 1 yes, -1 no, 0 not asked yet
+	yields := 0       // before asking
 	for c.unfinished > n {
 		if c.q.Len() > 0 && (c.ctx.Err() != nil || c.running < c.limit && help > 0) {
 			e := c.q.Take()
@@ -635,8 +646,13 @@ func (c *core[I]) await(n int) {
 		}
 		if c.q.Len() > 0 && c.running < c.limit && help == 0 {
 			c.mu.Unlock()
-			help = -1
-			if c.mayHelp() {
+			if yields < helpYields {
+				// The pool's slots are taken, most often by workers
+				// about to take the group's steps: give them the
+				// processor before paying for mayHelp.
+				yields++
+				runtime.Gosched()
+			} else if help = -1; c.mayHelp() {
 				help = 1
 			}
 			c.mu.Lock()

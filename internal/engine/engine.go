@@ -113,6 +113,8 @@ type Engine[T any] struct {
 	exiting     bool        // guarded by idleMu: workers must not park
 	reaper      *time.Timer // retires workers parked for idleTime (see reap)
 	reaperArmed bool        // guarded by idleMu
+	lenders     *worker[T]  // parked workers whose slots Borrow took, linked by idleNext; guarded by idleMu
+	lendersN    atomic.Int32
 
 	completed atomic.Uint64 // published by workers in batches; Wait relies on it
 	dropped   atomic.Uint64
@@ -626,20 +628,44 @@ func (e *Engine[T]) Resize(n int) {
 // Borrow takes a worker's slot for the caller, a goroutine that is not one
 // of e's workers but is about to run work of e's users on e's behalf (a
 // group's queued task, run by the goroutine that waits for the group), if
-// the limit has room for one more worker; it reports whether it did. A
-// borrowed slot counts as a live worker until Return gives it back: e
-// starts no worker in its place, so the limit holds, and Exit waits for
-// it.
+// the limit has room for one more worker or a parked worker can lend its
+// slot; it reports whether it did. A borrowed slot counts as a live
+// worker until Return gives it back: e starts no worker in its place, so
+// the limit holds, and Exit waits for it. A parked worker whose slot is
+// borrowed stays parked, off the idle list where nobody can wake it, until
+// Return lists it again.
 func (e *Engine[T]) Borrow() bool {
 	for {
 		v := e.workers.Load()
-		if v&exitBit != 0 || v >= e.maxWorkers.Load() {
+		switch max := e.maxWorkers.Load(); {
+		case v&exitBit != 0 || v > max:
 			return false
+		case v == max:
+			return e.borrowParked()
 		}
 		if e.workers.CompareAndSwap(v, v+1) {
 			return true
 		}
 	}
+}
+
+// borrowParked takes the slot of the worker parked longest, if it is
+// asleep (past its last look at the queues, as the reaper requires), and
+// keeps it on e.lenders; see Borrow.
+func (e *Engine[T]) borrowParked() bool {
+	if e.idle.asleep.Load() == 0 {
+		return false
+	}
+	e.idleMu.Lock()
+	defer e.idleMu.Unlock()
+	w := e.idle.tail
+	if w == nil || !w.asleep || e.exiting {
+		return false
+	}
+	e.idle.remove(w)
+	w.idleNext, e.lenders = e.lenders, w
+	e.lendersN.Add(1)
+	return true
 }
 
 // AsWorker runs f on the calling goroutine marked as one of e's workers
@@ -649,12 +675,38 @@ func (e *Engine[T]) Borrow() bool {
 func (e *Engine[T]) AsWorker(f func()) { RunAs(e.id, Func(f)) }
 
 // Return gives back a slot that Borrow took, and starts a worker for the
-// queued tasks that the slot may have kept from starting.
+// queued tasks that the slot may have kept from starting. Slots are alike:
+// while some parked worker lent its slot, Return lists that worker as idle
+// again, whichever way the caller's slot was taken.
 func (e *Engine[T]) Return() {
-	e.release(0)
+	if e.lendersN.Load() == 0 || !e.relist() {
+		e.release(0)
+	}
 	if e.queued() > int64(e.searching.Load()) {
 		e.wake()
 	}
+}
+
+// relist lists a worker whose slot was lent as idle again, asleep as it
+// was, and reports whether there was one. A closed engine wakes it, to
+// take the queue's last tasks or retire.
+func (e *Engine[T]) relist() bool {
+	e.idleMu.Lock()
+	defer e.idleMu.Unlock()
+	w := e.lenders
+	if w == nil {
+		return false
+	}
+	e.lenders, w.idleNext = w.idleNext, nil
+	e.lendersN.Add(-1)
+	w.parkedAt = e.now()
+	e.idle.push(w)
+	e.idle.markAsleep(w)
+	e.armReaper(e.idleTime)
+	if e.exiting || e.closed.Load() {
+		e.wakeAllParked()
+	}
+	return true
 }
 
 // Saturated reports whether every worker the limit allows is live and none
