@@ -19,9 +19,9 @@ func scale(b *testing.B) float64 {
 	return f
 }
 
-// BenchmarkMatrix runs pond's matrix: each iteration is one full run
-// (create the pool, submit every task from every user, wait, tear down).
-// Names: BenchmarkMatrix/<task>/<workload>/<subject>.
+// BenchmarkMatrix runs pond's matrix and the service workloads: each
+// iteration is one full run (create the pool, submit every task from every
+// user, wait, tear down). Names: BenchmarkMatrix/<task>/<workload>/<subject>.
 func BenchmarkMatrix(b *testing.B) {
 	for _, task := range workload.Tasks {
 		if task.Name == "cpu" {
@@ -46,6 +46,9 @@ func BenchmarkCPU(b *testing.B) { benchRuns(b, workload.CPU, workload.SHA256) }
 // exit before the next subject: else whoever runs first, or next, pays.
 func benchRuns(b *testing.B, w workload.Workload, task func()) {
 	w = w.Scale(scale(b))
+	if w.Fn != nil {
+		task = w.Fn
+	}
 	warmGoroutines(w.Users + w.Limit)
 	for _, s := range subjects.All() {
 		b.Run(s.Name, func(b *testing.B) {
@@ -53,7 +56,7 @@ func benchRuns(b *testing.B, w workload.Workload, task func()) {
 			defer settle(runtime.NumGoroutine())
 			b.ReportAllocs()
 			for b.Loop() {
-				s.Run(w.Users, w.TasksPerUser, w.Limit, task)
+				s.RunPaced(w.Users, w.TasksPerUser, w.Limit, w.Burst, w.Gap, task)
 			}
 		})
 	}

@@ -40,8 +40,8 @@ func run() error {
 		return err
 	}
 	var (
-		workloads  = flag.String("workloads", "all", "comma-separated workload names (1u-1Mt,100u-10Kt,1Ku-1Kt,10Ku-100t,1Mu-1t,1u-100Kt) or all")
-		tasks      = flag.String("tasks", "rand,sleep,cpu", "comma-separated task kinds: rand, sleep, cpu")
+		workloads  = flag.String("workloads", "all", "comma-separated workload names (1u-1Mt,100u-10Kt,1Ku-1Kt,10Ku-100t,1Mu-1t,1u-100Kt,bursts,mixed,fanout,spawn) or all")
+		tasks      = flag.String("tasks", "rand,sleep,cpu,service", "comma-separated task kinds: rand, sleep, cpu, service")
 		subjectArg = flag.String("subjects", "all", "comma-separated subjects or all: "+strings.Join(subjects.Names(), ","))
 		runs       = flag.Int("runs", 3, "repetitions of every measurement; tables show the median")
 		procs      = flag.String("procs", strconv.Itoa(runtime.GOMAXPROCS(0)), "comma-separated GOMAXPROCS values to run under")
@@ -148,7 +148,7 @@ func plan(tasks, workloads string, procs []int, subs []subjects.Subject, scale f
 		}
 	}
 	for t := range wantTask {
-		return nil, fmt.Errorf("unknown task %q (have rand, sleep, cpu)", t)
+		return nil, fmt.Errorf("unknown task %q (have rand, sleep, cpu, service)", t)
 	}
 	for w := range wantWorkload {
 		if !used[w] {
@@ -185,7 +185,11 @@ func measureAll(r *Report, subs []subjects.Subject) {
 			for run := range r.Meta.Runs {
 				for _, i := range rng.Perm(len(subs)) {
 					s := subs[i]
-					x := measure(func() { s.Run(w.Users, w.TasksPerUser, w.Limit, g.fn) })
+					fn := g.fn
+					if w.Fn != nil {
+						fn = w.Fn
+					}
+					x := measure(func() { s.RunPaced(w.Users, w.TasksPerUser, w.Limit, w.Burst, w.Gap, fn) })
 					x.Task, x.Procs, x.Workload, x.Subject, x.Run = g.Task, g.Procs, w.Name, s.Name, run
 					r.Samples = append(r.Samples, x)
 					done++

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 )
 
 // A Pool is one running instance of a subject, bound to a single task function
@@ -91,6 +92,29 @@ func (s Subject) Run(users, tasksPerUser, limit int, task func()) {
 	for range users {
 		wg.Go(func() {
 			for range tasksPerUser {
+				p.Submit()
+			}
+		})
+	}
+	wg.Wait()
+	p.StopWait()
+}
+
+// RunPaced is Run with bursts: each user pauses for gap after every burst
+// tasks it submits (burst <= 0: no pause).
+func (s Subject) RunPaced(users, tasksPerUser, limit, burst int, gap time.Duration, task func()) {
+	if burst <= 0 {
+		s.Run(users, tasksPerUser, limit, task)
+		return
+	}
+	p := s.New(limit, users*tasksPerUser, task)
+	var wg sync.WaitGroup
+	for range users {
+		wg.Go(func() {
+			for i := range tasksPerUser {
+				if i > 0 && i%burst == 0 {
+					time.Sleep(gap)
+				}
 				p.Submit()
 			}
 		})

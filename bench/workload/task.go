@@ -3,6 +3,7 @@ package workload
 import (
 	"crypto/sha256"
 	"math/rand/v2"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -14,11 +15,13 @@ type Task struct {
 	Workloads []Workload
 }
 
-// Tasks lists every task kind: the two of the matrix and the CPU-bound one.
+// Tasks lists every task kind: the two of the matrix, the CPU-bound one, and
+// the service workloads, each of which brings its own task (Fn nil).
 var Tasks = []Task{
 	{"rand", RandFloat, Matrix},
 	{"sleep", Sleep10ms, Matrix},
 	{"cpu", SHA256, []Workload{CPU}},
+	{"service", nil, Service},
 }
 
 // sink keeps task results live so the compiler cannot drop the work.
@@ -46,4 +49,31 @@ func SHA256() {
 	if h := sha256.Sum256(shaInput[:]); h[0] == 0 && h[1] == 0 && h[2] == 0 {
 		sink.Add(1)
 	}
+}
+
+// MostlyTiny is a tiny task (RandFloat), except one call in a hundred,
+// which sleeps for a millisecond: slow calls among fast ones.
+func MostlyTiny() {
+	if rand.IntN(100) == 0 {
+		time.Sleep(time.Millisecond)
+		return
+	}
+	RandFloat()
+}
+
+// IOCall waits 100 µs, as a call to another service would.
+func IOCall() { time.Sleep(100 * time.Microsecond) }
+
+// Spawn hashes on two goroutines it starts and waits for, as CPU-bound
+// tasks that parallelise their own work do.
+func Spawn() {
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Go(func() {
+			for range 4 {
+				SHA256()
+			}
+		})
+	}
+	wg.Wait()
 }
