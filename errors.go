@@ -33,6 +33,11 @@ var (
 	// layer (a RateLimited's token, say) that the stopped pool let go.
 	ErrDropped = errors.New("crew: task dropped: the pool stopped before it started")
 
+	// ErrPaused is what the [*ShutdownError] of a paused pool's Shutdown
+	// unwraps to: the queued tasks would not start, so Shutdown dropped
+	// them at once (see [Pool.Pause]).
+	ErrPaused = errors.New("crew: the pool is paused")
+
 	// ErrGoexit completes a Task whose function called runtime.Goexit.
 	ErrGoexit = errors.New("crew: task called runtime.Goexit")
 
@@ -60,12 +65,13 @@ func (e *PanicError) Unwrap() error {
 }
 
 // ShutdownError reports that [Pool.Shutdown]'s context ended before every
-// task had returned: Dropped queued tasks never started (none, if only
-// running tasks were left), and the running ones saw the pool's context
-// cancelled. It unwraps to the context's error.
+// task had returned, or that the pool was paused: Dropped queued tasks
+// never started (none, if only running tasks were left), and the running
+// ones saw the pool's context cancelled. It unwraps to the context's
+// error, or to [ErrPaused].
 type ShutdownError struct {
 	Dropped int   // queued tasks this call removed without running; steps count as tasks (see Stats)
-	Err     error // the context's error
+	Err     error // the context's error, or ErrPaused
 }
 
 func (e *ShutdownError) Error() string {

@@ -174,6 +174,28 @@ func ExamplePool_Wait() {
 	// Output: 1000 <nil>
 }
 
+func ExamplePool_Pause() {
+	p := crew.New(4)
+	p.Pause() // during a maintenance window: tasks queue, none starts
+	var n atomic.Int64
+	for range 100 {
+		p.Go(func() { n.Add(1) })
+	}
+	fmt.Println(p.Paused(), p.Stats().Queued, n.Load())
+	p.Resume()
+	p.Wait()
+	fmt.Println(p.Paused(), n.Load())
+
+	p.Pause()
+	p.Go(func() { n.Add(1) })
+	err := p.Shutdown(context.Background()) // a paused pool's queue is dropped at once
+	fmt.Println(err, errors.Is(err, crew.ErrPaused))
+	// Output:
+	// true 100 0
+	// false 100
+	// crew: shutdown: crew: the pool is paused: dropped 1 queued tasks true
+}
+
 func ExamplePool_Resize() {
 	p := crew.New(1)
 	defer p.Stop()

@@ -118,6 +118,16 @@ func (p *FuncPool[T]) InvokeContext(ctx context.Context, v T) error {
 // stopping the pool; see [Pool.Wait].
 func (p *FuncPool[T]) Wait() { p.core().wait() }
 
+// Pause stops the workers from starting on queued values until
+// [FuncPool.Resume]; see [Pool.Pause].
+func (p *FuncPool[T]) Pause() { p.core().pause() }
+
+// Resume lets a paused pool's workers take queued values again.
+func (p *FuncPool[T]) Resume() { p.core().resume() }
+
+// Paused reports whether the pool is paused.
+func (p *FuncPool[T]) Paused() bool { return p.core().paused() }
+
 // Stop refuses new values ([ErrStopped]), processes every value already
 // queued, and returns when every worker has exited (and, with worker
 // state, closed its state); see [Pool.Stop].

@@ -206,6 +206,27 @@ func (p *Pool) Done() <-chan struct{} { return p.core().done() }
 // own tasks: it would wait for itself forever.
 func (p *Pool) Wait() { p.core().wait() }
 
+// Pause stops the pool's workers from starting queued tasks until
+// [Pool.Resume]. Running tasks finish; new tasks still queue, and a
+// bounded queue fills as usual (the plain forms then wait, the Try forms
+// fail). A worker that was taking a task as Pause returned may still start
+// it. While the pool is paused, [Pool.Wait] waits for Resume, and a
+// group's Wait runs none of the group's tasks from outside the pool. Stop
+// resumes a paused pool and runs its queue; Shutdown drops the queue at
+// once, as if its context had ended, and returns a [*ShutdownError] that
+// unwraps to [ErrPaused]. Pause is idempotent, and does nothing on a
+// stopped pool or a zero one. It costs the workers one atomic load per
+// task, paused or not.
+func (p *Pool) Pause() { p.core().pause() }
+
+// Resume lets a paused pool's workers start queued tasks again. It does
+// nothing on a pool that is not paused.
+func (p *Pool) Resume() { p.core().resume() }
+
+// Paused reports whether the pool is paused: [Pool.Pause] was called, and
+// neither [Pool.Resume] nor Stop since.
+func (p *Pool) Paused() bool { return p.core().paused() }
+
 // Stop stops the pool: it refuses new work ([ErrStopped]), runs every task
 // already queued, and returns when they have finished and every worker
 // goroutine has exited. Stop is idempotent and safe to call from several

@@ -193,6 +193,29 @@ func (c *poolCore[E]) wait() {
 	}
 }
 
+// pause is Pause. A Stop that closes the engine between the store and the
+// check resumes it after, or the check sees it closed and resumes: either
+// way a stopping pool is not left paused.
+func (c *poolCore[E]) pause() {
+	if !c.usable() {
+		return
+	}
+	c.e.Pause()
+	if c.e.Closed() {
+		c.e.Resume()
+	}
+}
+
+// resume is Resume.
+func (c *poolCore[E]) resume() {
+	if c.usable() {
+		c.e.Resume()
+	}
+}
+
+// paused is Paused.
+func (c *poolCore[E]) paused() bool { return c.usable() && c.e.Paused() }
+
 // stop is Stop. It closes the engine, waits for its tasks and its workers,
 // and ends the pool. Called from inside one of c's tasks, which could never
 // finish while Stop waits, or from a worker's own code as it retires (a
@@ -205,6 +228,7 @@ func (c *poolCore[E]) stop() {
 	}
 	began := clock.Now()
 	c.e.Close()
+	c.e.Resume()
 	if c.e.Wait(nil) != nil || c.e.InWorker() {
 		return
 	}
@@ -226,7 +250,12 @@ func (c *poolCore[E]) shutdown(ctx context.Context) error {
 	}
 	began := clock.Now()
 	c.e.Close()
-	err := c.e.Wait(ctx)
+	var err error
+	if c.e.Paused() && !c.e.InWorker() {
+		err = ErrPaused // the queue would not start: drop it now
+	} else {
+		err = c.e.Wait(ctx)
+	}
 	if err == nil && c.e.InWorker() {
 		err = engine.ErrInWorker // a worker's own code, as it retires (see stop)
 	}
@@ -272,6 +301,7 @@ func (c *poolCore[E]) dropQueued() (dropped int) {
 			dropped += c.listed.dropListed(true) // no worker is left to start them
 		}
 	}()
+	defer c.e.Resume() // a paused engine's workers take what the drain leaves (a cell still being filled)
 	return c.e.Drain() // a concurrent Shutdown drains the rest, if any
 }
 

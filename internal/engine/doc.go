@@ -81,6 +81,14 @@
 // engines add one admission count, at most MaxWorkers plus QueueSize;
 // producers that find it full wait or fail.
 //
+// # Pausing
+//
+// Pause sets a flag that every worker reads before it takes a task, and
+// that wakes and starts read before they act: a paused engine's workers
+// find nothing, search and park as an idle engine's do, and its producers
+// queue without waking anybody. Resume clears the flag and wakes one
+// worker, whose finding a task wakes the next, as after any backlog.
+//
 // # Panics and Goexit
 //
 // A function deferred at the top of a worker's loop, not one per task,

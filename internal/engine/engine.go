@@ -83,6 +83,7 @@ type Engine[T any] struct {
 	mask    uint32
 
 	closed atomic.Bool // intake is closed; each shard also has the flag under its lock
+	paused atomic.Bool // Pause: workers take no task, and nobody is woken or started
 	// The last task a worker timed ran longer than longTask (see runTimed
 	// and yieldBeforeSpill). It starts clear, so that producers flooding a
 	// new engine with tiny tasks yield from the first full ring: a backlog
@@ -562,6 +563,24 @@ func (e *Engine[T]) wakeAllParked() {
 	}
 }
 
+// Pause stops the workers from taking queued tasks until Resume: each
+// looks at the flag before it takes a task, so a worker that was taking
+// one as Pause returned may still run it. Producers still queue, and wake
+// or start nobody; workers that find nothing park as usual. Close does
+// not resume: the caller resumes an engine whose queue it wants run.
+func (e *Engine[T]) Pause() { e.paused.Store(true) }
+
+// Resume lets the workers take tasks again, and wakes one for the queue:
+// each worker that finds a task wakes the next while tasks remain.
+func (e *Engine[T]) Resume() {
+	if e.paused.Swap(false) && e.queued() > 0 {
+		e.wake()
+	}
+}
+
+// Paused reports whether Pause was called and Resume not since.
+func (e *Engine[T]) Paused() bool { return e.paused.Load() }
+
 // Closed reports whether Close was called.
 func (e *Engine[T]) Closed() bool { return e.closed.Load() }
 
@@ -635,6 +654,9 @@ func (e *Engine[T]) Resize(n int) {
 // borrowed stays parked, off the idle list where nobody can wake it, until
 // Return lists it again.
 func (e *Engine[T]) Borrow() bool {
+	if e.paused.Load() {
+		return false
+	}
 	for {
 		v := e.workers.Load()
 		switch max := e.maxWorkers.Load(); {

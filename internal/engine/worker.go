@@ -57,10 +57,10 @@ func (e *Engine[T]) wake() bool {
 	return false
 }
 
-// wakeParked wakes a parked worker, if there is one, and reports whether
-// it did.
+// wakeParked wakes a parked worker, if there is one and the engine is not
+// paused, and reports whether it did.
 func (e *Engine[T]) wakeParked() bool {
-	if e.idle.n.Load() == 0 {
+	if e.idle.n.Load() == 0 || e.paused.Load() {
 		return false
 	}
 	e.idleMu.Lock()
@@ -77,8 +77,12 @@ func (e *Engine[T]) wakeParked() bool {
 	return true
 }
 
-// spawn starts a worker unless the engine is at its limit or exiting.
+// spawn starts a worker unless the engine is at its limit, exiting or
+// paused.
 func (e *Engine[T]) spawn() bool {
+	if e.paused.Load() {
+		return false
+	}
 	for {
 		v := e.workers.Load()
 		if v&exitBit != 0 || v >= e.maxWorkers.Load() {
@@ -314,6 +318,9 @@ func (w *worker[T]) runTimed(t T) {
 // deadlock the pool below its limit.
 func (w *worker[T]) pop(wait bool) (t T, ok bool) {
 	e := w.e
+	if e.paused.Load() {
+		return t, false
+	}
 	for range e.shards {
 		s := &e.shards[w.home&e.mask]
 		w.home++
