@@ -97,6 +97,14 @@ func (g *Group) TryGo(task func(ctx context.Context) error) bool {
 	return g.core().accept(task, task == nil, true) == nil
 }
 
+// SetLimit changes the group's limit ([WithLimit]) to n, at any time, tasks
+// running or not: a higher limit starts queued tasks at once, up to it; a
+// lower one lets the running tasks finish and starts none until fewer
+// than n run. A negative n removes the limit (the pool's still holds).
+// SetLimit returns an error wrapping [ErrInvalid] for n == 0, which would
+// leave queued tasks with no way to start, and for a nil or zero Group.
+func (g *Group) SetLimit(n int) error { return g.core().setLimit(n) }
+
 // Wait blocks until every task submitted with [Group.Go] has finished or
 // been skipped, and returns the first error ([WithAllErrors]: all of them,
 // joined in submission order). A panic comes back as a [*PanicError], with
@@ -111,8 +119,8 @@ func (g *Group) TryGo(task func(ctx context.Context) error) bool {
 // While it waits, Wait runs queued tasks of the group on the calling
 // goroutine when the group's limit allows, in a slot of the pool's: from
 // outside the pool, one it borrows while the pool has fewer live workers
-// than its limit; from inside one of the pool's own tasks, that task's
-// own, so a group waited on inside a task of the same pool cannot deadlock
+// than its limit or a parked worker to lend one, and is not paused; from
+// inside one of the pool's own tasks, that task's own, so a group waited on inside a task of the same pool cannot deadlock
 // for want of workers. Either way the pool never runs more tasks at once
 // than its limit. Such a task runs as if called by Wait: if it calls
 // [runtime.Goexit] (t.FailNow, say), the goroutine that called Wait exits. A

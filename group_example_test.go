@@ -138,6 +138,32 @@ func ExampleWithLimit() {
 	// Output: true
 }
 
+func ExampleGroup_SetLimit() {
+	p := crew.New(100)
+	defer p.Stop()
+
+	g := p.Group(context.Background(), crew.WithLimit(1))
+	started := make(chan int, 3)
+	release := make(chan struct{})
+	for i := range 3 {
+		g.Go(func(ctx context.Context) error {
+			started <- i
+			<-release
+			return nil
+		})
+	}
+	fmt.Println("started:", <-started) // one at a time so far
+	g.SetLimit(3)                      // the two queued tasks start now
+	a, b := <-started, <-started
+	fmt.Println("then:", min(a, b), max(a, b))
+	close(release)
+	fmt.Println(g.Wait(), g.SetLimit(0) != nil)
+	// Output:
+	// started: 0
+	// then: 1 2
+	// <nil> true
+}
+
 func ExampleWithAllErrors() {
 	p := crew.New(4)
 	defer p.Stop()

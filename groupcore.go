@@ -90,7 +90,7 @@ type core[I any] struct {
 	pctx   context.Context // the pool's context, nil for a zero pool
 	unlink func() bool     // stops the link from pctx
 	cfg    groupConfig
-	limit  int       // cfg.limit, or no limit
+	limit  int       // cfg.limit, or no limit; guarded by mu once SetLimit may change it
 	step   layerStep // c.runStep, made once
 	steps  stepper
 	crash  bool // the pool crashes on panics: do not recover
@@ -225,6 +225,27 @@ func (c *core[I]) push(it I, try bool) error {
 		// the processors: yield now and then so they catch up, rather than
 		// grow the queue without limit (the engine does the same).
 		runtime.Gosched()
+	}
+	return nil
+}
+
+// setLimit is SetLimit: it changes the limit under mu and submits the steps
+// that a higher limit lets the queued tasks have.
+func (c *core[I]) setLimit(n int) error {
+	switch {
+	case c == nil || c.ctx == nil:
+		return errZeroGroup
+	case n == 0:
+		return invalidf("SetLimit(0): a limit must be at least 1, or negative for none")
+	case n < 0:
+		n = math.MaxInt
+	}
+	c.mu.Lock()
+	c.limit = n
+	k := c.needSteps()
+	c.mu.Unlock()
+	if k > 0 {
+		c.submit(k, false)
 	}
 	return nil
 }

@@ -51,6 +51,9 @@ func (g *ResultGroup[T]) TryGo(task func(ctx context.Context) (T, error)) bool {
 	return g.core().accept(task, task == nil, true) == nil
 }
 
+// SetLimit changes the group's limit at any time; see [Group.SetLimit].
+func (g *ResultGroup[T]) SetLimit(n int) error { return g.core().setLimit(n) }
+
 // Wait blocks like [Group.Wait] and returns the results in submission
 // order, one per accepted task, with the error Group.Wait would return. A
 // task's slot holds what it returned, even with an error; the zero value

@@ -2,6 +2,7 @@ package crew_test
 
 import (
 	"context"
+	"math"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -68,5 +69,31 @@ func TestInsideSynctest(t *testing.T) {
 		if n := ran.Load(); n != 9 {
 			t.Errorf("%d tasks ran, want 9", n)
 		}
+	})
+}
+
+// An idle timeout of math.MaxInt64 keeps idle workers however long the
+// pool idles, and the default retires them.
+func TestIdleTimeoutMaxKeepsWorkers(t *testing.T) {
+	leak.Check(t)
+	synctest.Test(t, func(t *testing.T) {
+		forever := crew.New(4, crew.WithIdleTimeout(math.MaxInt64))
+		usual := crew.New(4)
+		for _, p := range []*crew.Pool{forever, usual} {
+			for range 4 {
+				p.Go(func() { time.Sleep(time.Millisecond) })
+			}
+			p.Wait()
+		}
+		time.Sleep(1000 * time.Hour)
+		synctest.Wait()
+		if st := forever.Stats(); st.Workers != 4 {
+			t.Errorf("WithIdleTimeout(math.MaxInt64): %d workers after 1,000 idle hours, want 4", st.Workers)
+		}
+		if st := usual.Stats(); st.Workers != 0 {
+			t.Errorf("the default idle timeout: %d workers after 1,000 idle hours, want 0", st.Workers)
+		}
+		forever.Stop()
+		usual.Stop()
 	})
 }
