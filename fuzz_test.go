@@ -107,7 +107,7 @@ const (
 	foShutdownOrWait  // Shutdown if the argument's top bit is set, else Wait
 	foTaskWait        // Wait on the actor's last Submit task
 	foNested          // Go of tasks that submit a child
-	foYield           // let the other actors run
+	foYield           // let the other actors run, or (argument's top bit) pause the pool for a while
 	foGroup           // a Group of tasks on the pool, then its Wait (fuzz_group_test.go)
 	foResults         // a ResultGroup or MapErr on the pool (fuzz_group_test.go)
 	foGoContextCancel // GoContext with a context that ends soon
@@ -520,9 +520,17 @@ func (m *fuzzModel) actor(ops []fuzzOp) {
 				return
 			}
 		case foYield:
-			if op.arg&1 == 0 {
+			switch {
+			case op.arg&0x80 != 0:
+				// A pause window: tasks queue and none starts, then the
+				// pool goes on. Others' Waits wait for its end; a Stop
+				// in it resumes, a Shutdown drops the queue (ErrPaused).
+				p.Pause()
+				time.Sleep(time.Duration(op.arg&0x7) * 50 * time.Microsecond)
+				p.Resume()
+			case op.arg&1 == 0:
 				runtime.Gosched()
-			} else {
+			default:
 				time.Sleep(100 * time.Microsecond)
 			}
 		}
@@ -556,8 +564,8 @@ func (m *fuzzModel) shutdown(arg byte) {
 	switch {
 	case !errors.As(err, &se):
 		m.errorf("Shutdown = %v, want nil or a *ShutdownError", err)
-	case ctx.Err() == nil || !errors.Is(err, ctx.Err()):
-		m.errorf("Shutdown = %v with its context's error %v", err, ctx.Err())
+	case !errors.Is(err, crew.ErrPaused) && (ctx.Err() == nil || !errors.Is(err, ctx.Err())):
+		m.errorf("Shutdown = %v with its context's error %v, and not ErrPaused", err, ctx.Err())
 	default:
 		m.mu.Lock()
 		m.shutdownErrs = append(m.shutdownErrs, se)
