@@ -454,9 +454,9 @@ func (c *core[I]) giveBack() { c.p.c.e.Return() }
 // runBorrowed runs e, which the caller took off the queue, in a borrowed
 // slot, as one of the pool's workers would: a wait in it for the pool's
 // work helps or lends the slot (see engine.AsWorker). With more, it goes on
-// in the same slot with the next queued tasks while the limit allows and
-// more unfinished tasks than more are left (a waiter's own condition);
-// more < 0 runs e alone.
+// in the same slot with the next queued tasks while the limit allows, the
+// pool is not paused and more unfinished tasks than more are left (a
+// waiter's own condition); more < 0 runs e alone.
 func (c *core[I]) runBorrowed(e entry[I], more int) {
 	defer c.giveBack()
 	c.p.c.e.AsWorker(func() {
@@ -466,7 +466,7 @@ func (c *core[I]) runBorrowed(e entry[I], more int) {
 				return
 			}
 			c.mu.Lock()
-			if c.unfinished <= more || c.q.Len() == 0 || c.running >= c.limit || c.ctx.Err() != nil {
+			if c.unfinished <= more || c.q.Len() == 0 || c.running >= c.limit || c.ctx.Err() != nil || c.p.c.e.Paused() {
 				c.mu.Unlock()
 				return
 			}

@@ -3,6 +3,7 @@ package crew_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -202,4 +203,67 @@ func TestFuncPoolPause(t *testing.T) {
 		t.Fatalf("sum %d, want 55", sum.Load())
 	}
 	p.Stop()
+}
+
+// A group's Wait that borrowed a slot and runs the group's tasks in it
+// stops starting them once the pool is paused, and waits: at most the two
+// free slots of the pool may each have been taking a task as Pause
+// returned. (Had it ignored the pause, it would have run every task and
+// returned.)
+func TestPauseStopsAWaiterRunningTheGroup(t *testing.T) {
+	leak.Check(t)
+	for range 50 {
+		p := crew.New(3, crew.WithIdleTimeout(time.Minute))
+		release := make(chan struct{})
+		started := make(chan struct{})
+		p.Go(func() { close(started); <-release })
+		<-started
+		g := p.Group(context.Background())
+		var pausing, paused atomic.Bool
+		var after atomic.Int64
+		for range 20 {
+			g.Go(func(context.Context) error {
+				if pausing.CompareAndSwap(false, true) {
+					p.Pause()
+					paused.Store(true)
+				} else if paused.Load() {
+					after.Add(1)
+				}
+				return nil
+			})
+		}
+		waited := make(chan error, 1)
+		go func() { waited <- g.Wait() }()
+		var err error
+		returned := false
+		waitUntil(t, 5*time.Second, "Wait to park or return", func() bool {
+			select {
+			case err = <-waited:
+				returned = true
+				return true
+			default:
+				return paused.Load() && parkedIn(leak.Dump(), ").await(")
+			}
+		})
+		if n := after.Load(); n > 2 || returned {
+			t.Fatalf("%d group tasks started after Pause (Wait returned: %v), want at most 2 and Wait waiting", n, returned)
+		}
+		p.Resume()
+		if err = <-waited; err != nil {
+			t.Fatal(err)
+		}
+		close(release)
+		p.Stop()
+	}
+}
+
+// parkedIn reports whether some goroutine of the dump waits in a select
+// with fn on its stack.
+func parkedIn(dump, fn string) bool {
+	for _, g := range strings.Split(dump, "\n\n") {
+		if strings.Contains(g, "[select") && strings.Contains(g, fn) {
+			return true
+		}
+	}
+	return false
 }

@@ -16,7 +16,10 @@ import (
 //
 // A pool whose limit is below 16 keeps its queue in one piece, and workers
 // take tasks from it in the order they were queued: on a pool of one
-// worker, a goroutine's tasks run in the order it submitted them. A larger
+// worker, a goroutine's tasks run in the order it submitted them. (One
+// exception keeps a stalled submitter from holding up the pool: while 64
+// or more tasks wait, a goroutine descheduled in the middle of a
+// submission lets later tasks pass those queued behind its own.) A larger
 // pool splits its queue into up to twice GOMAXPROCS shards, so that
 // producers and workers seldom meet; a goroutine fills the shards in turn
 // and workers empty them in the same turn, so a task is taken after at
@@ -211,7 +214,9 @@ func (p *Pool) Wait() { p.core().wait() }
 // bounded queue fills as usual (the plain forms then wait, the Try forms
 // fail). A worker that was taking a task as Pause returned may still start
 // it. While the pool is paused, [Pool.Wait] waits for Resume, and a
-// group's Wait runs none of the group's tasks from outside the pool. Stop
+// group's Wait from outside the pool starts none of the group's tasks; a
+// task of the pool that waits for a group still runs the group's tasks in
+// its own slot, as running tasks go on. Stop
 // resumes a paused pool and runs its queue; Shutdown drops the queue at
 // once, as if its context had ended, and returns a [*ShutdownError] that
 // unwraps to [ErrPaused]. Pause is idempotent, and does nothing on a

@@ -260,7 +260,7 @@ func (c *poolCore[E]) shutdown(ctx context.Context) error {
 		err = engine.ErrInWorker // a worker's own code, as it retires (see stop)
 	}
 	if err == engine.ErrInWorker {
-		return fmt.Errorf("%w: Shutdown cannot wait for the task that called it; the pool is closed and its queued tasks still run", err)
+		return fmt.Errorf("%w: Shutdown cannot wait for the task that called it; the pool is closed and its queued tasks still run (once resumed, if paused)", err)
 	}
 	dropped := 0
 	if err != nil {

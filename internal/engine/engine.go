@@ -570,12 +570,17 @@ func (e *Engine[T]) wakeAllParked() {
 // not resume: the caller resumes an engine whose queue it wants run.
 func (e *Engine[T]) Pause() { e.paused.Store(true) }
 
-// Resume lets the workers take tasks again, and wakes one for the queue:
-// each worker that finds a task wakes the next while tasks remain.
+// Resume lets the workers take tasks again, wakes one for the queue (each
+// worker that finds a task wakes the next while tasks remain), and starts
+// the workers that MinWorkers wants and Pause kept from starting.
 func (e *Engine[T]) Resume() {
-	if e.paused.Swap(false) && e.queued() > 0 {
+	if !e.paused.Swap(false) {
+		return
+	}
+	if e.queued() > 0 {
 		e.wake()
 	}
+	e.keepMinimum() // workers not started while paused (a Goexit's replacement, a Resize)
 }
 
 // Paused reports whether Pause was called and Resume not since.

@@ -374,7 +374,7 @@ func TestEngineParkLooksAtBusyShards(t *testing.T) {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		d := leak.Dump()
-		if strings.Contains(d, "[select") && strings.Contains(d, ").park(") ||
+		if strings.Contains(d, "[sync.Cond.Wait") && strings.Contains(d, ").park(") ||
 			strings.Contains(d, "[sync.Mutex.Lock") && strings.Contains(d, ").popBehindRing(") {
 			break
 		}
