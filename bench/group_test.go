@@ -103,10 +103,12 @@ const (
 // eight made outside the timer, as a service would keep one, and errgroup
 // limits each group to eight; in "job", crew makes a pool of eight, runs the
 // group and stops the pool inside the loop, which is the whole fixed cost of
-// a pool made per request. errgroup and conc have no pool: they do the same
-// work in both. Names: BenchmarkSmallGroup/<shared|job>/<subject>; ns/op,
+// a pool made per request; "pool/crew" is that pool alone, four Go calls
+// and Stop, without a group. errgroup and conc have no pool: they do the
+// same work in both. Names: BenchmarkSmallGroup/<shared|job|pool>/<subject>; ns/op,
 // B/op and allocs/op are per group of four tasks. Run it with -cpu 2,8,64
-// to see how a pool's fixed cost varies with GOMAXPROCS.
+// (one -cpu value per process) to see how a pool's fixed cost varies
+// with GOMAXPROCS.
 func BenchmarkSmallGroup(b *testing.B) {
 	ctx := context.Background()
 	fan := func(g *crew.Group) {
@@ -133,6 +135,18 @@ func BenchmarkSmallGroup(b *testing.B) {
 			g := p.Group(ctx)
 			fan(g)
 			mustGroup(g.Wait())
+			p.Stop()
+		}
+	})
+	b.Run("pool/crew", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			p := crew.New(smallLimit)
+			for range smallTasks {
+				if err := p.Go(func() { groupTask(ctx) }); err != nil {
+					panic(err)
+				}
+			}
 			p.Stop()
 		}
 	})
