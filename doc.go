@@ -73,7 +73,7 @@
 // concurrently and their callbacks one at a time, in order. A group never
 // holds a pool worker while it waits for its own limit, and its Wait runs
 // queued tasks itself in a slot of the pool's, so groups nest on one pool
-// without deadlock and never run more tasks at once than its limit.
+// without deadlock and never run more tasks at once than the pool's limit.
 //
 // [Keyed] runs the tasks of one key one at a time, in order; [Priority]
 // starts the most urgent task first, with aging; [RateLimited] starts
@@ -93,10 +93,11 @@
 // # Cost
 //
 // Go allocates nothing and costs tens of nanoseconds per task, whether the
-// pool allows 2 or 200,000 workers: workers pull tasks from sharded
-// queues instead of being handed each one, and a new worker is woken only
-// when none is already looking for work, so tiny tasks run on a few
-// workers while blocking tasks grow the pool towards its limit. Submit
-// costs three small allocations for its Task. BENCHMARKS.md has the
-// measurements and the commands that make them.
+// pool allows 2 or 200,000 workers: workers pull tasks from one queue (or,
+// in pools of 16 workers or more, sharded queues) instead of being handed
+// each one, and a new worker is woken only when none is already looking
+// for work, so tiny tasks run on a few workers while blocking tasks grow
+// the pool towards its limit. Submit costs three small allocations for its
+// Task. BENCHMARKS.md has the measurements and the commands that make
+// them.
 package crew

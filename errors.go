@@ -34,8 +34,8 @@ var (
 	ErrDropped = errors.New("crew: task dropped: the pool stopped before it started")
 
 	// ErrPaused is what the [*ShutdownError] of a paused pool's Shutdown
-	// unwraps to: the queued tasks would not start, so Shutdown dropped
-	// them at once (see [Pool.Pause]).
+	// unwraps to: Shutdown dropped the queue at once (none, if nothing was
+	// queued) and cancelled the running tasks' context (see [Pool.Pause]).
 	ErrPaused = errors.New("crew: the pool is paused")
 
 	// ErrGoexit completes a Task whose function called runtime.Goexit.

@@ -125,7 +125,7 @@ func (p *FuncPool[T]) Pause() { p.core().pause() }
 // Resume lets a paused pool's workers take queued values again.
 func (p *FuncPool[T]) Resume() { p.core().resume() }
 
-// Paused reports whether the pool is paused.
+// Paused reports whether the pool is paused; see [Pool.Paused].
 func (p *FuncPool[T]) Paused() bool { return p.core().paused() }
 
 // Stop refuses new values ([ErrStopped]), processes every value already

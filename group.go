@@ -118,10 +118,10 @@ func (g *Group) SetLimit(n int) error { return g.core().setLimit(n) }
 //
 // While it waits, Wait runs queued tasks of the group on the calling
 // goroutine when the group's limit allows, in a slot of the pool's: from
-// outside the pool, one it borrows while the pool has fewer live workers
-// than its limit or a parked worker to lend one, and is not paused; from
-// inside one of the pool's own tasks, that task's own, so a group waited on inside a task of the same pool cannot deadlock
-// for want of workers. Either way the pool never runs more tasks at once
+// outside the pool, a slot it borrows while the pool is not paused and has
+// fewer live workers than its limit or a parked worker to lend one; from
+// inside one of the pool's own tasks, that task's own, so a group waited
+// on inside a task of the same pool cannot deadlock for want of workers. Either way the pool never runs more tasks at once
 // than its limit. Such a task runs as if called by Wait: if it calls
 // [runtime.Goexit] (t.FailNow, say), the goroutine that called Wait exits. A
 // task must not call Wait on its own group: it would wait for itself.

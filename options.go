@@ -151,7 +151,7 @@ func WithNonBlocking() Option {
 
 // WithIdleTimeout sets how long an idle worker waits for a task before it
 // retires ([DefaultIdleTimeout] if not set). d must be positive; one
-// longer than the program runs, such as math.MaxInt64, keeps idle workers
+// longer than the program runs, such as [math.MaxInt64], keeps idle workers
 // until the pool stops. ([WithMinWorkers] keeps a number of them.)
 func WithIdleTimeout(d time.Duration) Option {
 	return func(c *config) { c.idleTimeout = d }

@@ -14,17 +14,19 @@ import (
 // idle timeout. Tasks wait in a queue, unbounded unless [WithQueueSize] says
 // otherwise. All methods are safe for concurrent use.
 //
-// A pool whose limit is below 16 keeps its queue in one piece, and workers
-// take tasks from it in the order they were queued: on a pool of one
-// worker, a goroutine's tasks run in the order it submitted them. (One
-// exception keeps a stalled submitter from holding up the pool: while 64
-// or more tasks wait, a goroutine descheduled in the middle of a
-// submission lets later tasks pass those queued behind its own.) A larger
-// pool splits its queue into up to twice GOMAXPROCS shards, so that
-// producers and workers seldom meet; a goroutine fills the shards in turn
-// and workers empty them in the same turn, so a task is taken after at
-// most a few of its goroutine's later tasks per shard. Tasks running on
-// several workers at once may of course finish, and start, in any order.
+// A pool made with a limit below 16 keeps its queue in one piece (Resize
+// does not change how New split it), and workers take tasks from it in
+// the order they were queued: on a pool of one worker, a goroutine's tasks
+// run in the order it submitted them. (One exception keeps a stalled
+// submitter from holding up the pool: while 64 or more tasks wait, a
+// goroutine descheduled in the middle of a submission lets later tasks
+// pass those queued behind its own.) A larger pool splits its queue into
+// up to twice GOMAXPROCS shards (rounded up to a power of two), at most
+// one per eight workers, so that producers and workers seldom meet; a
+// goroutine fills the shards in turn and workers empty them in the same
+// turn, so a task is taken after at most a few of its goroutine's later
+// tasks per shard. Tasks running on several workers at once may of course
+// finish, and start, in any order.
 //
 // Work is submitted in three forms, the same on every type of crew that
 // accepts work: the plain call ([Pool.Go], [Pool.Submit]) waits for room
@@ -196,8 +198,8 @@ func (p *Pool) Context() context.Context { return p.core().context() }
 
 // Done returns a channel that is closed once the pool will start none of
 // the tasks it has queued: when [Pool.Stop] has run them all and is
-// returning, or when [Pool.Shutdown]'s deadline has passed and it has
-// dropped them. Unlike [Pool.Context], it is not closed by the end of
+// returning, or when [Pool.Shutdown]'s deadline has passed (or it found
+// the pool paused) and it has dropped them. Unlike [Pool.Context], it is not closed by the end of
 // [WithContext]'s parent. A zero Pool's channel is closed.
 func (p *Pool) Done() <-chan struct{} { return p.core().done() }
 
@@ -213,15 +215,14 @@ func (p *Pool) Wait() { p.core().wait() }
 // [Pool.Resume]. Running tasks finish; new tasks still queue, and a
 // bounded queue fills as usual (the plain forms then wait, the Try forms
 // fail). A worker that was taking a task as Pause returned may still start
-// it. While the pool is paused, [Pool.Wait] waits for Resume, and a
-// group's Wait from outside the pool starts none of the group's tasks; a
-// task of the pool that waits for a group still runs the group's tasks in
-// its own slot, as running tasks go on. Stop
-// resumes a paused pool and runs its queue; Shutdown drops the queue at
-// once, as if its context had ended, and returns a [*ShutdownError] that
-// unwraps to [ErrPaused]. Pause is idempotent, and does nothing on a
-// stopped pool or a zero one. It costs the workers one atomic load per
-// task, paused or not.
+// it. While the pool is paused with tasks queued, [Pool.Wait] waits until
+// Resume or Stop, and a group's Wait from outside the pool starts none of
+// the group's tasks; a task of the pool that waits for a group still runs
+// the group's tasks in its own slot, as running tasks go on. [Pool.Stop]
+// resumes a paused pool and runs its queue; [Pool.Shutdown] drops the
+// queue at once, as if its context had ended. Pause is idempotent, and
+// does nothing once Stop or Shutdown has begun, or on a zero pool. It
+// costs the workers one atomic load per task, paused or not.
 func (p *Pool) Pause() { p.core().pause() }
 
 // Resume lets a paused pool's workers start queued tasks again. It does
@@ -229,13 +230,14 @@ func (p *Pool) Pause() { p.core().pause() }
 func (p *Pool) Resume() { p.core().resume() }
 
 // Paused reports whether the pool is paused: [Pool.Pause] was called, and
-// neither [Pool.Resume] nor Stop since.
+// neither [Pool.Resume], [Pool.Stop] nor [Pool.Shutdown] since.
 func (p *Pool) Paused() bool { return p.core().paused() }
 
 // Stop stops the pool: it refuses new work ([ErrStopped]), runs every task
 // already queued, and returns when they have finished and every worker
-// goroutine has exited. Stop is idempotent and safe to call from several
-// goroutines; each call returns once the pool has stopped.
+// goroutine has exited. Stop resumes a paused pool. It is idempotent and
+// safe to call from several goroutines; each call returns once the pool
+// has stopped.
 //
 // Called from inside one of the pool's own tasks, which could not finish
 // while Stop waited, Stop closes the pool and returns at once; the queued
@@ -253,6 +255,11 @@ func (p *Pool) Stop() { p.core().stop() }
 // cancelled), Dropped may be 0. No worker goroutine outlives it, so a
 // running task that ignores its context delays it. A nil ctx never ends:
 // Shutdown(nil) waits like Stop.
+//
+// On a paused pool (see [Pool.Pause]) Shutdown does not wait for ctx: it
+// drops the queue at once, cancels the pool's context, waits for the
+// running tasks and returns a [*ShutdownError] that unwraps to
+// [ErrPaused], even when nothing was queued.
 //
 // Called from inside one of the pool's own tasks, Shutdown closes the pool
 // and returns an error wrapping [ErrInsideTask] at once, as Stop does.
