@@ -183,6 +183,26 @@ func ExampleWithAllErrors() {
 	// c: unreachable
 }
 
+func ExampleWithCancelOnError() {
+	p := crew.New(8)
+	defer p.Stop()
+
+	// Every error that happened, and nothing started after the first one.
+	g := p.Group(context.Background(), crew.WithLimit(1), crew.WithAllErrors(), crew.WithCancelOnError())
+	var ran atomic.Int64
+	for i := range 5 {
+		g.Go(func(ctx context.Context) error {
+			ran.Add(1)
+			return fmt.Errorf("task %d failed", i)
+		})
+	}
+	fmt.Println(g.Wait())
+	fmt.Println("ran:", ran.Load())
+	// Output:
+	// task 0 failed
+	// ran: 1
+}
+
 func ExampleWithTaskTimeout() {
 	p := crew.New(2)
 	defer p.Stop()

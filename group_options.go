@@ -25,7 +25,8 @@ type GroupOption func(*groupConfig)
 type groupConfig struct {
 	limit    int // 0: no limit of the group's own
 	limitSet bool
-	all      bool          // collect every error; errors do not cancel
+	all      bool          // collect every error; errors do not cancel unless cancelOn
+	cancelOn bool          // WithCancelOnError: with all, the first error cancels too
 	timeout  time.Duration // per-task deadline; 0: none
 	timeSet  bool
 	repanic  bool // Wait re-panics the first recovered panic
@@ -58,11 +59,22 @@ func WithLimit(n int) GroupOption {
 
 // WithAllErrors makes [Group.Wait] return every task's error, joined with
 // [errors.Join] in submission order, instead of the first one. Errors and
-// panics then do not cancel the group: every task runs. (Cancelling the
+// panics then do not cancel the group, unless [WithCancelOnError]: every
+// task runs. (Cancelling the
 // parent context still skips the tasks that have not started; Wait then
 // adds the context's cause.)
 func WithAllErrors() GroupOption {
 	return func(c *groupConfig) { c.all = true }
+}
+
+// WithCancelOnError makes the first error (or panic) cancel the group's
+// context even with [WithAllErrors]: the tasks that have not started are
+// skipped, as without it, while [Group.Wait] still returns the error of
+// every task that ran, joined in submission order (the first error is the
+// cancellation's cause, and is not added twice). Without WithAllErrors it
+// changes nothing: the first error cancels the group by default.
+func WithCancelOnError() GroupOption {
+	return func(c *groupConfig) { c.cancelOn = true }
 }
 
 // WithTaskTimeout gives each task a context whose deadline is d after the

@@ -920,3 +920,41 @@ func TestGroupCrashOnPanic(t *testing.T) {
 		g.Wait()
 	})
 }
+
+// WithAllErrors and WithCancelOnError together: the first error cancels
+// the group, so queued tasks are skipped, and Wait joins the errors of
+// every task that ran, the first once.
+func TestGroupAllErrorsWithCancelOnError(t *testing.T) {
+	leak.Check(t)
+	p := crew.New(4)
+	defer p.Stop()
+	g := p.Group(context.Background(), crew.WithLimit(2), crew.WithAllErrors(), crew.WithCancelOnError())
+	errA, errB := errors.New("a"), errors.New("b")
+	both := make(chan struct{})
+	var started, skippedRan atomic.Int64
+	for _, err := range []error{errA, errB} {
+		g.Go(func(context.Context) error {
+			if started.Add(1) == 2 {
+				close(both)
+			}
+			<-both // both run before either fails
+			return err
+		})
+	}
+	for range 10 {
+		g.Go(func(context.Context) error { skippedRan.Add(1); return nil })
+	}
+	err := g.Wait()
+	if !errors.Is(err, errA) || !errors.Is(err, errB) {
+		t.Fatalf("Wait = %v, want both errors", err)
+	}
+	if err.Error() != "a\nb" {
+		t.Errorf("Wait = %q, want %q: each error once, in submission order", err, "a\nb")
+	}
+	if n := skippedRan.Load(); n != 0 {
+		t.Errorf("%d queued tasks ran after the first error", n)
+	}
+	if cause := context.Cause(g.Context()); cause != errA && cause != errB {
+		t.Errorf("the group's cause is %v, want the first error", cause)
+	}
+}

@@ -592,6 +592,9 @@ func (c *core[I]) record(seq int, err error) (cause error) {
 	switch {
 	case c.cfg.all:
 		c.errs = append(c.errs, seqErr{seq, err})
+		if c.cfg.cancelOn {
+			cause = err // cancel calls after the first change nothing
+		}
 	case c.err == nil:
 		c.err = err
 		cause = err
