@@ -87,6 +87,17 @@ func (s *sweep) waitStarted() error {
 	}
 }
 
+// busy opens a Batcher with opts whose first flush, of one item, has
+// begun and waits until release is called.
+func (s *sweep) busy(opts ...Option) (b *Batcher[int], release func(), err error) {
+	b = s.open(opts...)
+	release = s.hold()
+	if err = b.Add(context.Background(), 1); err == nil {
+		err = s.waitStarted()
+	}
+	return b, release, err
+}
+
 // settle closes the Batcher, if the case made one, and checks that every
 // item it accepted was flushed or handed over exactly once, and the bad
 // item never.
@@ -332,41 +343,30 @@ func TestBadInput(t *testing.T) {
 		// Nil contexts, with room and at the bound.
 		{"Add(nil ctx)", crew.ErrInvalid, func(s *sweep) error { return s.open().Add(nilCtx, badItem) }},
 		{"Add(nil ctx) at the bound", crew.ErrInvalid, func(s *sweep) error {
-			b := s.open(WithMaxItems(1), WithMaxPending(1, Block))
-			defer s.hold()()
-			if err := b.Add(ctx, 1); err != nil {
-				return err
-			}
-			if err := s.waitStarted(); err != nil {
+			b, release, err := s.busy(WithMaxItems(1), WithMaxPending(1, Block))
+			defer release()
+			if err != nil {
 				return err
 			}
 			return b.Add(nilCtx, badItem)
 		}},
 		{"Flush(nil ctx)", crew.ErrInvalid, func(s *sweep) error { return s.open().Flush(nilCtx) }},
 		{"Flush(nil ctx) with a flush under way", crew.ErrInvalid, func(s *sweep) error {
-			b := s.open(WithMaxItems(1))
-			defer s.hold()()
-			if err := b.Add(ctx, 1); err != nil {
-				return err
-			}
-			if err := s.waitStarted(); err != nil {
+			b, release, err := s.busy(WithMaxItems(1))
+			defer release()
+			if err != nil {
 				return err
 			}
 			return b.Flush(nilCtx)
 		}},
 		{"Close(nil ctx)", crew.ErrInvalid, func(s *sweep) error { return s.open().Close(nilCtx) }},
 		{"Close(nil ctx) leaves the Batcher open", nil, func(s *sweep) error {
-			b := s.open(WithMaxItems(1))
-			release := s.hold()
-			if err := b.Add(ctx, 1); err != nil {
+			b, release, err := s.busy(WithMaxItems(1))
+			if err != nil {
 				release()
 				return err
 			}
-			if err := s.waitStarted(); err != nil {
-				release()
-				return err
-			}
-			err := b.Close(nilCtx)
+			err = b.Close(nilCtx)
 			release()
 			if !errors.Is(err, crew.ErrInvalid) {
 				return fmt.Errorf("Close(nil) = %w", err)
@@ -376,23 +376,17 @@ func TestBadInput(t *testing.T) {
 
 		// Ended contexts.
 		{"Add(canceled ctx) at the bound", context.Canceled, func(s *sweep) error {
-			b := s.open(WithMaxItems(1), WithMaxPending(1, Block))
-			defer s.hold()()
-			if err := b.Add(ctx, 1); err != nil {
-				return err
-			}
-			if err := s.waitStarted(); err != nil {
+			b, release, err := s.busy(WithMaxItems(1), WithMaxPending(1, Block))
+			defer release()
+			if err != nil {
 				return err
 			}
 			return b.Add(canceled, badItem)
 		}},
 		{"Flush(canceled ctx) with a flush under way", context.Canceled, func(s *sweep) error {
-			b := s.open(WithMaxItems(1))
-			defer s.hold()()
-			if err := b.Add(ctx, 1); err != nil {
-				return err
-			}
-			if err := s.waitStarted(); err != nil {
+			b, release, err := s.busy(WithMaxItems(1))
+			defer release()
+			if err != nil {
 				return err
 			}
 			return b.Flush(canceled)
