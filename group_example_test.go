@@ -355,6 +355,32 @@ func ExampleMapSeq() {
 	// Output: [ann=31 bob=42 cid=27] <nil>
 }
 
+func ExampleMapErrStream() {
+	p := crew.New(4)
+	defer p.Stop()
+
+	// Lines are checked concurrently and reported in input order, as soon
+	// as each and those before it are done; breaking stops the rest.
+	lines := slices.Values([]string{"a=1", "b=2", "oops", "c=3"})
+	for kv, err := range crew.MapErrStream(context.Background(), p, lines, func(ctx context.Context, line string) ([]string, error) {
+		kv := strings.SplitN(line, "=", 2)
+		if len(kv) != 2 {
+			return nil, fmt.Errorf("no '=' in %q", line)
+		}
+		return kv, nil
+	}) {
+		if err != nil {
+			fmt.Println("error:", err)
+			break
+		}
+		fmt.Println(kv[0], "is", kv[1])
+	}
+	// Output:
+	// a is 1
+	// b is 2
+	// error: no '=' in "oops"
+}
+
 func ExampleForEachSeq() {
 	p := crew.New(4)
 	defer p.Stop()

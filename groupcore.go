@@ -109,6 +109,14 @@ type core[I any] struct {
 	// tasks: goroutines that wait other than in wait may run them before
 	// their steps come, if ever (see Stream.Go).
 	stranded func()
+	// settle, if set, takes over from record the outcome of each task: it
+	// is called under mu with the task's error (nil, the function's, a
+	// *PanicError, or for a skipped task the cancellation's cause) and
+	// returns the cause with which to cancel the group, or nil.
+	settle func(seq int, err error, skipped bool) error
+	// until, if set, ends await early: await returns once it reports true.
+	// Called under mu.
+	until func() bool
 
 	mu         sync.Mutex
 	q          *queue.FIFO[entry[I]] // own, or one that finished groups share (see init)
@@ -466,7 +474,7 @@ func (c *core[I]) runBorrowed(e entry[I], more int) {
 				return
 			}
 			c.mu.Lock()
-			if c.unfinished <= more || c.q.Len() == 0 || c.running >= c.limit || c.ctx.Err() != nil || c.p.c.e.Paused() {
+			if c.unfinished <= more || c.until != nil && c.until() || c.q.Len() == 0 || c.running >= c.limit || c.ctx.Err() != nil || c.p.c.e.Paused() {
 				c.mu.Unlock()
 				return
 			}
@@ -561,7 +569,15 @@ func (c *core[I]) runItem(e entry[I], keep bool) (again bool) {
 // kept for the caller to run itself, and done reports whether it was.
 func (c *core[I]) done(seq int, err error, skipped, keep bool) bool {
 	c.mu.Lock()
-	if skipped {
+	if c.settle != nil {
+		if skipped {
+			c.skipped++
+			err = context.Cause(c.ctx)
+		}
+		if cause := c.settle(seq, err, skipped); cause != nil {
+			c.cancel(cause)
+		}
+	} else if skipped {
 		c.skipped++
 	} else if err != nil {
 		if cause := c.record(seq, err); cause != nil {
@@ -643,15 +659,16 @@ func (c *core[I]) failLocked(seq int, err error) {
 	c.signal()
 }
 
-// await returns when at most n tasks are unfinished, running queued tasks
-// on the calling goroutine meanwhile where it may (see mayHelp). When the group's
-// context is cancelled it skips every queued task, limit or not.
+// await returns when at most n tasks are unfinished, or once until (if
+// set) reports true, running queued tasks on the calling goroutine
+// meanwhile where it may (see mayHelp). When the group's context is
+// cancelled it skips every queued task, limit or not.
 func (c *core[I]) await(n int) {
 	c.mu.Lock()
 	skipping := false // the context has been seen cancelled
 	help := 0         // whether the caller may run tasks (see mayHelp): 1 yes, -1 no, 0 not asked yet
 	yields := 0       // before asking
-	for c.unfinished > n {
+	for c.unfinished > n && (c.until == nil || !c.until()) {
 		if c.q.Len() > 0 && (c.ctx.Err() != nil || c.running < c.limit && help > 0) {
 			e := c.q.Take()
 			c.running++
