@@ -459,3 +459,45 @@ func ExampleNewStream() {
 	// skipped: strconv.Atoi: parsing "x": invalid syntax
 	// running total: 42
 }
+
+func ExampleWithRetry() {
+	p := crew.New(4)
+	defer p.Stop()
+
+	// A flaky call is tried up to three times; between tries it waits
+	// without holding a worker. A permanent error is not retried.
+	var tries atomic.Int64
+	g := crew.NewGroup(context.Background(), p, crew.WithRetry(crew.Retry{
+		Attempts: 3,
+		Delay:    time.Millisecond,
+		MaxDelay: 10 * time.Millisecond,
+	}))
+	g.Go(func(ctx context.Context) error {
+		if tries.Add(1) < 3 {
+			return errors.New("connection reset")
+		}
+		return nil
+	})
+	fmt.Println(g.Wait(), tries.Load())
+
+	g = crew.NewGroup(context.Background(), p, crew.WithRetry(crew.Retry{Attempts: 3}))
+	g.Go(func(ctx context.Context) error { return crew.Permanent(errors.New("404 not found")) })
+	fmt.Println(g.Wait())
+	// Output:
+	// <nil> 3
+	// 404 not found
+}
+
+func ExampleRetry_Do() {
+	r := crew.Retry{Attempts: 4, Delay: time.Millisecond}
+	calls := 0
+	err := r.Do(context.Background(), func(ctx context.Context) error {
+		calls++
+		if calls < 4 {
+			return errors.New("busy")
+		}
+		return nil
+	})
+	fmt.Println(err, calls)
+	// Output: <nil> 4
+}

@@ -2,6 +2,7 @@ package crew
 
 import (
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -29,7 +30,8 @@ type groupConfig struct {
 	cancelOn bool          // WithCancelOnError: with all, the first error cancels too
 	timeout  time.Duration // per-task deadline; 0: none
 	timeSet  bool
-	repanic  bool // Wait re-panics the first recovered panic
+	repanic  bool   // Wait re-panics the first recovered panic
+	retry    *Retry // WithRetry; nil: a task is called once
 }
 
 // apply sets c from opts and reports nil and invalid options. c lives in
@@ -43,6 +45,9 @@ func (c *groupConfig) apply(opts []GroupOption) error {
 		}),
 		problem(c.timeSet && c.timeout <= 0, func() error {
 			return invalidf("WithTaskTimeout(%v): timeout must be positive", c.timeout)
+		}),
+		problem(c.retry != nil && c.retry.check() != nil, func() error {
+			return fmt.Errorf("WithRetry: %w", c.retry.check())
 		}),
 	)...)
 	return errors.Join(errs...)
@@ -93,4 +98,20 @@ func WithTaskTimeout(d time.Duration) GroupOption {
 // (A pool built [WithCrashOnPanic] does not recover group tasks at all.)
 func WithRepanic() GroupOption {
 	return func(c *groupConfig) { c.repanic = true }
+}
+
+// WithRetry calls a task of the group that returns an error again, as r
+// says (see [Retry]), before its error counts: Wait, the error policy and
+// a ResultGroup's result see only the last call. Between calls the task
+// waits for its delay holding no worker and no slot of the group's limit
+// (a timer puts it back in the group's queue), so other tasks run
+// meanwhile. It is not called again once the group is cancelled (an
+// error, WithCancelOnError, ctx, a pool's Shutdown): a task waiting for
+// its delay then ends at once with its last error, and Wait does not wait
+// for the delay. A task that panics, or returns an error wrapped with
+// [Permanent], is not called again. Each call gets r.Timeout's deadline,
+// within [WithTaskTimeout]'s if both are set. Cost: a timer and a map
+// entry per task while it waits; nothing for a task that succeeds.
+func WithRetry(r Retry) GroupOption {
+	return func(c *groupConfig) { c.retry = &r }
 }

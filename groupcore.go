@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/gocrew/crew/internal/queue"
 )
@@ -137,6 +138,17 @@ type core[I any] struct {
 	panicked   *PanicError   // the first panic
 	unseen     []*PanicError // panics Wait will not report (see record)
 	skipped    int
+	retrying   atomic.Bool        // retries has been made
+	retries    map[int]int        // WithRetry: failed calls of each task that is to be called again
+	backoffs   map[int]backoff[I] // WithRetry: the tasks waiting for their delay
+}
+
+// backoff is a task of a group built WithRetry waiting for its delay,
+// holding no slot: its timer puts it back in the queue (see retryLater).
+type backoff[I any] struct {
+	e   entry[I]
+	err error // the last call's
+	t   *time.Timer
 }
 
 // init sets c up on p; it reports a nil ctx and nil or invalid options.
@@ -559,9 +571,92 @@ func (c *core[I]) runItem(e entry[I], keep bool) (again bool) {
 		ctx, cancel = context.WithTimeout(ctx, c.cfg.timeout)
 		defer cancel()
 	}
-	err := c.exec(ctx, e.seq, e.it)
-	returned = true
+	var err error
+	if r := c.cfg.retry; r != nil {
+		err = r.call(ctx, func(ctx context.Context) error { return c.exec(ctx, e.seq, e.it) })
+		returned = true
+		if err != nil {
+			if again, later := c.retryLater(e, err, keep); later {
+				return again
+			}
+			err = unwrapPermanent(err)
+		} else if c.retrying.Load() {
+			c.mu.Lock()
+			delete(c.retries, e.seq)
+			c.mu.Unlock()
+		}
+	} else {
+		err = c.exec(ctx, e.seq, e.it)
+		returned = true
+	}
 	return c.done(e.seq, err, false, keep)
+}
+
+// retryLater puts a task whose call returned err aside for its delay, if
+// the retry policy calls it again: its slot is freed and a timer puts it
+// back in the queue (see requeue). It reports whether it did, and, like
+// done, whether the caller must go on with the next queued task.
+func (c *core[I]) retryLater(e entry[I], err error, keep bool) (again, later bool) {
+	r := c.cfg.retry
+	c.mu.Lock()
+	attempt := c.retries[e.seq] + 1
+	if !r.again(c.ctx, attempt, err) {
+		delete(c.retries, e.seq)
+		c.mu.Unlock()
+		return false, false
+	}
+	if c.retries == nil {
+		c.retries = make(map[int]int)
+		c.backoffs = make(map[int]backoff[I])
+		c.retrying.Store(true)
+		// A cancelled group ends its waiting tasks at once, not after
+		// their delay.
+		context.AfterFunc(c.ctx, c.endBackoffs)
+	}
+	c.retries[e.seq] = attempt
+	c.backoffs[e.seq] = backoff[I]{e, err, time.AfterFunc(r.Backoff(attempt), func() { c.requeue(e.seq) })}
+	c.running--
+	n := c.needSteps()
+	c.signal()
+	c.mu.Unlock()
+	return n > 0 && !c.submit(n, keep), true
+}
+
+// requeue puts task seq, whose delay is over, back in the queue, unless
+// endBackoffs did.
+func (c *core[I]) requeue(seq int) {
+	c.mu.Lock()
+	b, ok := c.backoffs[seq]
+	if !ok {
+		c.mu.Unlock()
+		return
+	}
+	delete(c.backoffs, seq)
+	c.q.Push(b.e)
+	n := c.needSteps()
+	c.signal()
+	c.mu.Unlock()
+	if n > 0 {
+		c.submit(n, false)
+	}
+}
+
+// endBackoffs ends every task waiting for its delay, once the group is
+// cancelled: each finishes at once with its last call's error.
+func (c *core[I]) endBackoffs() {
+	c.mu.Lock()
+	var ended []backoff[I]
+	for seq, b := range c.backoffs {
+		b.t.Stop() // if it fired, requeue finds the task gone
+		delete(c.backoffs, seq)
+		delete(c.retries, seq)
+		ended = append(ended, b)
+	}
+	c.running += len(ended) // for done to count them out
+	c.mu.Unlock()
+	for _, b := range ended {
+		c.done(b.e.seq, unwrapPermanent(b.err), false, false)
+	}
 }
 
 // done accounts for a finished task and submits steps for queued tasks

@@ -1251,7 +1251,7 @@ func lsRunRound(t *testing.T, seed uint64, c *lsCounts) {
 			bopts = append(bopts, batch.WithMaxPending(1+rng.IntN(12), batch.FullPolicy(rng.IntN(3))))
 		}
 		if rng.IntN(3) == 0 {
-			bopts = append(bopts, batch.WithRetry(1+rng.IntN(3), time.Duration(rng.IntN(100))*time.Microsecond, 200*time.Microsecond))
+			bopts = append(bopts, batch.WithRetry(crew.Retry{Attempts: 1 + rng.IntN(3), Delay: time.Duration(rng.IntN(100)) * time.Microsecond, MaxDelay: 200 * time.Microsecond}))
 		}
 		r.b = batch.New(r.flush, bopts...)
 	}

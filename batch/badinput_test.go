@@ -238,13 +238,17 @@ func TestBadInput(t *testing.T) {
 			return newPanic(func() *Batcher[int] { return New(flushNop, WithMaxPending(1, DropOldest+1)) })
 		}},
 		{"WithRetry(-1 attempts)", crew.ErrInvalid, func(*sweep) error {
-			return newPanic(func() *Batcher[int] { return New(flushNop, WithRetry(-1, 0, 0)) })
+			return newPanic(func() *Batcher[int] { return New(flushNop, WithRetry(crew.Retry{Attempts: -1, Delay: 0, MaxDelay: 0})) })
 		}},
 		{"WithRetry(negative base)", crew.ErrInvalid, func(*sweep) error {
-			return newPanic(func() *Batcher[int] { return New(flushNop, WithRetry(2, math.MinInt64, 0)) })
+			return newPanic(func() *Batcher[int] {
+				return New(flushNop, WithRetry(crew.Retry{Attempts: 2, Delay: math.MinInt64, MaxDelay: 0}))
+			})
 		}},
 		{"WithRetry(maxDelay below base)", crew.ErrInvalid, func(*sweep) error {
-			return newPanic(func() *Batcher[int] { return New(flushNop, WithRetry(2, time.Second, -1)) })
+			return newPanic(func() *Batcher[int] {
+				return New(flushNop, WithRetry(crew.Retry{Attempts: 2, Delay: time.Second, MaxDelay: -1}))
+			})
 		}},
 		{"WithErrorHandler(nil)", crew.ErrInvalid, func(*sweep) error {
 			return newPanic(func() *Batcher[int] { return New(flushNop, WithErrorHandler[int](nil)) })
@@ -290,11 +294,11 @@ func TestBadInput(t *testing.T) {
 		{"WithMaxPending(MaxInt, DropOldest)", nil, func(s *sweep) error {
 			return addAll(s.open(WithMaxPending(math.MaxInt, DropOldest)), 1)
 		}},
-		{"WithRetry(MaxInt, MaxInt64, MaxInt64)", nil, func(s *sweep) error {
-			return addAll(s.open(WithRetry(math.MaxInt, math.MaxInt64, math.MaxInt64)), 1)
+		{"WithRetry(crew.Retry{Attempts: MaxInt, Delay: MaxInt64, MaxDelay: MaxInt64})", nil, func(s *sweep) error {
+			return addAll(s.open(WithRetry(crew.Retry{Attempts: math.MaxInt, Delay: math.MaxInt64, MaxDelay: math.MaxInt64})), 1)
 		}},
-		{"WithRetry(MaxInt, MaxInt64, MaxInt64) failing, Close gives up", context.DeadlineExceeded, func(s *sweep) error {
-			b := s.open(WithRetry(math.MaxInt, math.MaxInt64, math.MaxInt64), WithMaxItems(1))
+		{"WithRetry(crew.Retry{Attempts: MaxInt, Delay: MaxInt64, MaxDelay: MaxInt64}) failing, Close gives up", context.DeadlineExceeded, func(s *sweep) error {
+			b := s.open(WithRetry(crew.Retry{Attempts: math.MaxInt, Delay: math.MaxInt64, MaxDelay: math.MaxInt64}), WithMaxItems(1))
 			s.fail.Store(true)
 			if err := b.Add(ctx, 1); err != nil {
 				return err
@@ -306,7 +310,9 @@ func TestBadInput(t *testing.T) {
 			defer cancel()
 			return b.Close(ctx) // the item goes to the handler
 		}},
-		{"WithRetry(1, 0, 0)", nil, func(s *sweep) error { return addAll(s.open(WithRetry(1, 0, 0)), 1) }},
+		{"WithRetry(crew.Retry{Attempts: 1, Delay: 0, MaxDelay: 0})", nil, func(s *sweep) error {
+			return addAll(s.open(WithRetry(crew.Retry{Attempts: 1, Delay: 0, MaxDelay: 0})), 1)
+		}},
 		{"WithPool(stopped pool)", nil, func(s *sweep) error { return addAll(s.open(WithPool(stopped)), 1, 2) }},
 
 		// A negative size.

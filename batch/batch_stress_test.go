@@ -477,7 +477,7 @@ func bsRunRound(t *testing.T, seed uint64, c *bsCounts) {
 			bopts = append(bopts, batch.WithMaxPending(1+rng.IntN(15), batch.FullPolicy(rng.IntN(3))))
 		}
 		if rng.IntN(3) == 0 {
-			bopts = append(bopts, batch.WithRetry(1+rng.IntN(3), time.Duration(rng.IntN(100))*time.Microsecond, 300*time.Microsecond))
+			bopts = append(bopts, batch.WithRetry(crew.Retry{Attempts: 1 + rng.IntN(3), Delay: time.Duration(rng.IntN(100)) * time.Microsecond, MaxDelay: 300 * time.Microsecond}))
 		}
 		if rng.IntN(4) == 0 {
 			bopts = append(bopts, batch.WithMaxBytes(2+rng.IntN(20), func(v int) int { return 1 + v%5 }))

@@ -33,7 +33,7 @@ type Batcher[T any] struct {
 	onFull     FullPolicy
 	maxFlushes int
 	maxFree    int // flushed slices kept for reuse
-	retry      retryPolicy
+	retry      crew.Retry
 	pool       *crew.Pool
 	ownPool    bool
 	drainFn    func()          // b.drain(true), made once so that dispatching does not allocate

@@ -247,7 +247,7 @@ func TestRetryThenHandOver(t *testing.T) {
 		return errBoom
 	}
 	h, handedCh := handler[int]()
-	b := New(flush, WithRetry(3, time.Millisecond, 2*time.Millisecond), WithErrorHandler(h))
+	b := New(flush, WithRetry(crew.Retry{Attempts: 3, Delay: time.Millisecond, MaxDelay: 2 * time.Millisecond}), WithErrorHandler(h))
 	for i := range 4 {
 		if err := b.Add(ctx, i); err != nil {
 			t.Fatal(err)
@@ -283,7 +283,7 @@ func TestRetrySucceeds(t *testing.T) {
 		return nil
 	}
 	h, handedCh := handler[int]()
-	b := New(flush, WithRetry(5, 0, 0), WithErrorHandler(h))
+	b := New(flush, WithRetry(crew.Retry{Attempts: 5, Delay: 0, MaxDelay: 0}), WithErrorHandler(h))
 	b.Add(ctx, 1)
 	if err := b.Flush(ctx); err != nil {
 		t.Fatal(err)
@@ -544,7 +544,7 @@ func TestCloseGivesUp(t *testing.T) {
 	rec := newRecorder[int]()
 	rec.hold() // flushes end only when their context is canceled
 	h, handedCh := handler[int]()
-	b := New(rec.flush, WithMaxItems(1), WithErrorHandler(h), WithRetry(5, time.Millisecond, time.Millisecond))
+	b := New(rec.flush, WithMaxItems(1), WithErrorHandler(h), WithRetry(crew.Retry{Attempts: 5, Delay: time.Millisecond, MaxDelay: time.Millisecond}))
 	for i := range 3 {
 		b.Add(context.Background(), i)
 	}
@@ -799,8 +799,8 @@ func TestInvalidConfig(t *testing.T) {
 		{"nil pool", flush, WithPool(nil)},
 		{"max pending", flush, WithMaxPending(0, Block)},
 		{"policy", flush, WithMaxPending(1, FullPolicy(7))},
-		{"attempts", flush, WithRetry(0, 0, 0)},
-		{"delays", flush, WithRetry(2, time.Second, time.Millisecond)},
+		{"attempts", flush, WithRetry(crew.Retry{Attempts: 0, Delay: 0, MaxDelay: 0})},
+		{"delays", flush, WithRetry(crew.Retry{Attempts: 2, Delay: time.Second, MaxDelay: time.Millisecond})},
 		{"nil handler", flush, WithErrorHandler[int](nil)},
 		{"handler type", flush, WithErrorHandler(func(context.Context, []string, error) {})},
 	}
@@ -955,7 +955,7 @@ func TestGoexitInFlushIsTimed(t *testing.T) {
 		}
 		runtime.Goexit()
 		return nil
-	}, WithRetry(2, 0, 0), WithErrorHandler(h), WithMaxWait(time.Hour))
+	}, WithRetry(crew.Retry{Attempts: 2, Delay: 0, MaxDelay: 0}), WithErrorHandler(h), WithMaxWait(time.Hour))
 	ctx := context.Background()
 	b.Add(ctx, 1)
 	if err := b.Flush(ctx); !errors.Is(err, crew.ErrGoexit) {
@@ -991,7 +991,7 @@ func panicNilFlushChild(t *testing.T) {
 	h, handedCh := handler[int]()
 	b := New(func(context.Context, []int) error {
 		panic(nil) //nolint:govet // the point of the test
-	}, WithRetry(1, 0, 0), WithErrorHandler(h), WithMaxWait(time.Hour))
+	}, WithRetry(crew.Retry{Attempts: 1, Delay: 0, MaxDelay: 0}), WithErrorHandler(h), WithMaxWait(time.Hour))
 	ctx := context.Background()
 	b.Add(ctx, 1)
 	var pe *crew.PanicError
@@ -1054,7 +1054,7 @@ func TestLatencyCountsACallOnceWhenCloseGivesUp(t *testing.T) {
 	called := make(chan struct{}, 10)
 	h, handedCh := handler[int]()
 	b := New(func(context.Context, []int) error { called <- struct{}{}; return errBoom },
-		WithRetry(5, time.Hour, time.Hour), WithErrorHandler(h), WithMaxItems(1))
+		WithRetry(crew.Retry{Attempts: 5, Delay: time.Hour, MaxDelay: time.Hour}), WithErrorHandler(h), WithMaxItems(1))
 	b.Add(context.Background(), 1) // sealed and flushed at once
 	receive(t, called)             // the flusher now waits an hour to retry
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)

@@ -216,7 +216,7 @@ func ExampleWithRetry() {
 		}
 		fmt.Println("attempt", calls, "sends", items)
 		return nil
-	}, batch.WithRetry(5, time.Millisecond, 10*time.Millisecond))
+	}, batch.WithRetry(crew.Retry{Attempts: 5, Delay: time.Millisecond, MaxDelay: 10 * time.Millisecond}))
 
 	b.Add(ctx, "login")
 	b.Add(ctx, "logout")

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gocrew/crew"
+	"github.com/gocrew/crew/internal/retry"
 )
 
 // A flushWaiter is a Flush call waiting for the batches sealed before it.
@@ -227,9 +228,9 @@ func (b *Batcher[T]) deliver(items []T, o *outcome) {
 			o.handedOver = true // nothing to hand over
 			return
 		}
-		if o.attempts >= b.retry.attempts || b.flushCtx.Err() != nil ||
-			!b.retry.wait(b.flushCtx, o.attempts) {
-			o.err = err
+		if _, panicked := err.(*crew.PanicError); panicked || !again(b.retry, o.attempts, err) ||
+			b.flushCtx.Err() != nil || !wait(b.flushCtx, b.retry, o.attempts) {
+			o.err = retry.Unwrap(err)
 			break // finishLocked records this attempt's latency
 		}
 		b.mu.Lock()
@@ -250,7 +251,13 @@ func (b *Batcher[T]) call(items []T) (err error) {
 			err = &crew.PanicError{Value: recover(), Stack: debug.Stack()}
 		}
 	}()
-	err = b.flushFn(b.flushCtx, items)
+	ctx := b.flushCtx
+	if b.retry.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, b.retry.Timeout)
+		defer cancel()
+	}
+	err = b.flushFn(ctx, items)
 	returned = true
 	return err
 }

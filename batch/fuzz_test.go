@@ -310,7 +310,7 @@ func fbRun(t *testing.T, p fbProgram) *fbModel {
 		batch.WithMaxItems(p.maxItems),
 		batch.WithMaxWait(p.maxWait),
 		batch.WithMaxConcurrentFlushes(p.flushes),
-		batch.WithRetry(p.attempts, 0, 100*time.Microsecond),
+		batch.WithRetry(crew.Retry{Attempts: p.attempts, Delay: 0, MaxDelay: 100 * time.Microsecond}),
 		batch.WithErrorHandler(m.handle),
 	}
 	if p.maxBytes > 0 {

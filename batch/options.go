@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gocrew/crew"
+	"github.com/gocrew/crew/internal/retry"
 )
 
 // Defaults used by [New] for what no option sets.
@@ -77,7 +78,7 @@ type settings struct {
 	pool       *crew.Pool
 	maxPending int
 	onFull     FullPolicy
-	retry      retryPolicy
+	retry      crew.Retry
 	onError    any // func(context.Context, []T, error)
 	errs       []error
 }
@@ -87,7 +88,7 @@ func defaultSettings() settings {
 		maxItems:   DefaultMaxItems,
 		maxWait:    DefaultMaxWait,
 		maxFlushes: 1,
-		retry:      retryPolicy{attempts: 1},
+		retry:      crew.Retry{Attempts: 1},
 	}
 }
 
@@ -201,22 +202,21 @@ func WithMaxPending(n int, policy FullPolicy) Option {
 	}
 }
 
-// WithRetry calls a failing flush up to attempts times in all, waiting
-// between calls a delay that starts at base and doubles each time up to
-// maxDelay, with random jitter (a delay d is drawn from [d/2, d]). The flush
-// keeps its concurrency slot while it waits. The default is a single
-// attempt. attempts must be at least 1, base not negative and maxDelay not
-// below base.
-func WithRetry(attempts int, base, maxDelay time.Duration) Option {
+// WithRetry calls a failing flush again as r says (see [crew.Retry]): up
+// to r.Attempts calls in all, waiting between them a delay that starts at
+// r.Delay and doubles up to r.MaxDelay, with jitter, each call bounded by
+// r.Timeout if set. A flush that returns an error wrapped with
+// [crew.Permanent] or panics is not called again; the error handler then
+// gets the error inside the wrapper. The flush keeps its concurrency slot
+// while it waits. The default is a single attempt. An invalid r is
+// reported like any invalid option.
+func WithRetry(r crew.Retry) Option {
 	return func(s *settings) {
-		switch {
-		case attempts < 1:
-			s.errs = append(s.errs, invalid("WithRetry(%d, ...): attempts must be at least 1", attempts))
-		case base < 0 || maxDelay < base:
-			s.errs = append(s.errs, invalid("WithRetry(%d, %v, %v): want 0 <= base <= maxDelay", attempts, base, maxDelay))
-		default:
-			s.retry = retryPolicy{attempts: attempts, base: base, maxDelay: maxDelay}
+		if why := retry.Check(r.Attempts, r.Delay, r.MaxDelay, r.Timeout); why != "" {
+			s.errs = append(s.errs, invalid("WithRetry(%+v): %s", r, why))
+			return
 		}
+		s.retry = r
 	}
 }
 

@@ -2,46 +2,47 @@ package batch
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
+	"github.com/gocrew/crew"
 	"github.com/gocrew/crew/internal/leak"
 )
-
-func TestRetryDelay(t *testing.T) {
-	leak.Check(t)
-	r := retryPolicy{attempts: 10, base: 10 * time.Millisecond, maxDelay: 70 * time.Millisecond}
-	for attempt, full := range map[int]time.Duration{
-		1: 10 * time.Millisecond,
-		2: 20 * time.Millisecond,
-		3: 40 * time.Millisecond,
-		4: 70 * time.Millisecond,
-		9: 70 * time.Millisecond,
-	} {
-		for range 100 {
-			if d := r.delay(attempt); d < full/2 || d > full {
-				t.Fatalf("delay after attempt %d: %v, want within [%v, %v]", attempt, d, full/2, full)
-			}
-		}
-	}
-	huge := retryPolicy{attempts: 1000, base: time.Second, maxDelay: 1<<63 - 1}
-	if d := huge.delay(900); d < huge.maxDelay/2 {
-		t.Fatalf("delay %v overflowed", d)
-	}
-	if d := (retryPolicy{}).delay(3); d != 0 {
-		t.Fatalf("zero policy delay %v", d)
-	}
-}
 
 func TestRetryWaitCanceled(t *testing.T) {
 	leak.Check(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	r := retryPolicy{attempts: 2, base: time.Hour, maxDelay: time.Hour}
-	if r.wait(ctx, 1) {
+	if wait(ctx, crew.Retry{Attempts: 2, Delay: time.Hour}, 1) {
 		t.Fatal("wait did not stop when its context ended")
 	}
-	if !(retryPolicy{}).wait(context.Background(), 1) {
+	if !wait(context.Background(), crew.Retry{Attempts: 2}, 1) {
 		t.Fatal("a zero wait was interrupted")
+	}
+}
+
+// A flush that returns a permanent error is not called again, and the
+// error handler gets the error inside the wrapper; each call has the
+// policy's deadline.
+func TestRetryPermanentAndTimeout(t *testing.T) {
+	leak.Check(t)
+	boom := errors.New("boom")
+	calls := 0
+	var handled error
+	b := New(func(ctx context.Context, items []int) error {
+		calls++
+		if _, ok := ctx.Deadline(); !ok {
+			t.Error("a flush with Timeout has no deadline")
+		}
+		return crew.Permanent(boom)
+	}, WithRetry(crew.Retry{Attempts: 5, Timeout: time.Hour}), WithMaxItems(1),
+		WithErrorHandler(func(_ context.Context, items []int, err error) { handled = err }))
+	if err := b.Add(context.Background(), 1); err != nil {
+		t.Fatal(err)
+	}
+	b.Close(context.Background()) // reports the handed-over batch, or not, as Close says
+	if calls != 1 || handled != boom {
+		t.Fatalf("%d calls, handler got %v; want 1 call and boom", calls, handled)
 	}
 }

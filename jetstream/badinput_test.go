@@ -103,7 +103,7 @@ func TestBadInputs(t *testing.T) {
 	published := func(id func(item) string, o ...PublisherOption) error {
 		var handled error
 		p := NewPublisher(js, "jobs.new", id, append(o, WithBatch(
-			batch.WithRetry(1, time.Millisecond, time.Millisecond),
+			batch.WithRetry(crew.Retry{Attempts: 1, Delay: time.Millisecond, MaxDelay: time.Millisecond}),
 			batch.WithErrorHandler(func(_ context.Context, _ []item, err error) { handled = err }),
 		))...)
 		if err := p.Add(ctx, item{ID: 1}); err != nil {

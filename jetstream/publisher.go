@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/gocrew/crew"
 	"sync/atomic"
 	"time"
 
@@ -83,7 +84,7 @@ func NewPublisher[T any](js natsjs.JetStream, subject string, id func(T) string,
 	s := defaultPublisherSettings()
 	applyOptions("NewPublisher", &s, argErr, opts, PublisherOption.applyPublisher)
 	p := &Publisher[T]{js: js, subject: subject, id: id, codec: s.codec, timeout: s.timeout}
-	bopts := append([]batch.Option{batch.WithRetry(5, 100*time.Millisecond, 2*time.Second)}, s.batch...)
+	bopts := append([]batch.Option{batch.WithRetry(crew.Retry{Attempts: 5, Delay: 100 * time.Millisecond, MaxDelay: 2 * time.Second})}, s.batch...)
 	p.b = batch.New(p.flush, bopts...)
 	return p
 }

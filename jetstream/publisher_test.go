@@ -3,6 +3,7 @@ package jetstream
 import (
 	"context"
 	"errors"
+	"github.com/gocrew/crew"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -25,7 +26,7 @@ func TestRetriedFlushIsStoredOnce(t *testing.T) {
 	p := NewPublisher(js, "jobs.new", itemID, WithBatch(
 		batch.WithMaxItems(10),
 		batch.WithMaxWait(time.Hour), // sealed by size and Close only
-		batch.WithRetry(3, time.Millisecond, 5*time.Millisecond),
+		batch.WithRetry(crew.Retry{Attempts: 3, Delay: time.Millisecond, MaxDelay: 5 * time.Millisecond}),
 		batch.WithErrorHandler(func(_ context.Context, items []item, err error) {
 			t.Errorf("%d items not published: %v", len(items), err)
 		}),
@@ -109,7 +110,7 @@ func TestPublisherFailsWithoutStream(t *testing.T) {
 	p := NewPublisher(js, "nowhere", itemID,
 		WithPublishTimeout(time.Second),
 		WithBatch(
-			batch.WithRetry(2, time.Millisecond, time.Millisecond),
+			batch.WithRetry(crew.Retry{Attempts: 2, Delay: time.Millisecond, MaxDelay: time.Millisecond}),
 			batch.WithErrorHandler(func(_ context.Context, items []item, err error) { failed.Add(int32(len(items))) }),
 		))
 	for _, it := range items(0, 3) {

@@ -23,6 +23,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/gocrew/crew"
 	"io"
 	"log"
 	"net"
@@ -97,7 +98,7 @@ func run(out io.Writer, events, producers int) error {
 		batch.WithMaxItems(250),
 		batch.WithMaxWait(20*time.Millisecond),
 		batch.WithMaxConcurrentFlushes(flushes),
-		batch.WithRetry(4, 2*time.Millisecond, 50*time.Millisecond),
+		batch.WithRetry(crew.Retry{Attempts: 4, Delay: 2 * time.Millisecond, MaxDelay: 50 * time.Millisecond}),
 		batch.WithErrorHandler(func(_ context.Context, evs []Event, err error) {
 			lost.Add(int64(len(evs)))
 			log.Printf("eventsink: %d events lost: %v", len(evs), err)
