@@ -33,7 +33,10 @@ import (
 // (When the pool's bounded queue is full, or the pool is stopping, the
 // step goes on with the key's next task itself, on the worker it holds.)
 // When a key's queue empties, its entry is deleted: an idle key holds no
-// goroutine, no channel and no memory of its own.
+// goroutine, no channel and no memory of its own. Since Go maps do not
+// shrink, a shard's map that held 4,096 keys or more is rebuilt once
+// deletions leave it one-eighth full, so a burst of keys gives its memory
+// back.
 //
 // [WithKeyLimit](n) lets a key have up to n steps at once. A task queued
 // for a busy key below its limit hands the pool one more step, without
@@ -45,10 +48,7 @@ import (
 // A paused key ([Keyed.Pause]) keeps its queue and its entry, and submits
 // no step; a step of it that a worker takes starts nothing, and a task of
 // it that runs finishes. [Keyed.Resume] submits its steps again, and
-// deletes it if it is idle. Since Go maps do not
-// shrink, a shard's map that held 4,096 keys or more is rebuilt once
-// deletions leave it one-eighth full, so a burst of keys gives its memory
-// back.
+// deletes the key if it is idle.
 //
 // [WithKeyRate] limits each key to a [Rate] of task starts. A key waiting
 // for a token holds no worker (a timer brings it back); an idle key keeps
@@ -231,11 +231,10 @@ func NewKeyed[K comparable](ex Executor, opts ...KeyedOption) *Keyed[K] {
 // like [Pool.Go] ([ErrQueueFull] on a pool built [WithNonBlocking]); when
 // key is busy or paused, it only appends to the key's queue, which is
 // unbounded (below the key's limit, it also hands the pool one more step
-// without waiting: see [Keyed]). (While another Go
-// is submitting the step of the same key, Go waits for that to end, unless
-// it is called from inside one of the pool's tasks: that Go may be waiting
-// for room only the caller can free, so the task queues behind it at
-// once.)
+// without waiting: see [Keyed]). (While another Go is submitting the step
+// of the same key, Go waits for that to end, unless it is called from
+// inside one of the pool's tasks: that Go may be waiting for room only the
+// caller can free, so the task queues behind it at once.)
 //
 // Go returns [ErrStopped] once the pool has begun to stop and [ErrNilTask]
 // for a nil task. A panic in task goes to the pool's panic handler and the
@@ -584,8 +583,8 @@ func (k *Keyed[K]) Resume(key K) {
 }
 
 // Paused reports whether key is paused: [Keyed.Pause] was called for it,
-// and not [Keyed.Resume] since, and the pool has not dropped its tasks
-// as it stopped. It is false on a zero Keyed.
+// and not [Keyed.Resume] since. Once the pool has stopped, a key whose
+// tasks it dropped is no longer paused. Paused is false on a zero Keyed.
 func (k *Keyed[K]) Paused(key K) bool {
 	if k == nil || k.shards == nil {
 		return false
