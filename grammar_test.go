@@ -341,6 +341,7 @@ func TestOptionsReportedByTheirConstructor(t *testing.T) {
 		"NewStream invalid":      func() { crew.NewStream(ctx, p, crew.WithLimit(-2)) },
 		"NewKeyed nil":           func() { crew.NewKeyed[int](p, nil) },
 		"NewKeyed invalid":       func() { crew.NewKeyed[int](p, crew.WithKeyRate(crew.Rate{})) },
+		"NewKeyed limit 0":       func() { crew.NewKeyed[int](p, crew.WithKeyLimit(0)) },
 		"NewPriority nil":        func() { crew.NewPriority(p, nil) },
 		"NewPriority invalid":    func() { crew.NewPriority(p, crew.WithAging(-time.Second)) },
 		"NewRateLimited invalid": func() { crew.NewRateLimited(p, crew.Rate{Limit: -1, Per: time.Second}) },
@@ -358,6 +359,7 @@ func TestOptionsReportedByTheirConstructor(t *testing.T) {
 		"WithTaskTimeout(0)":    func() { crew.WithTaskTimeout(0) },
 		"WithAging(-1)":         func() { crew.WithAging(-1) },
 		"WithKeyRate(Rate{})":   func() { crew.WithKeyRate(crew.Rate{}) },
+		"WithKeyLimit(0)":       func() { crew.WithKeyLimit(0) },
 	} {
 		if err, panicked := recoverErr(f); panicked {
 			t.Errorf("%s panicked when called: %v", name, err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"hash/maphash"
+	"math"
 	"runtime"
 	"sync"
 	"time"
@@ -17,7 +18,9 @@ import (
 // submitted, while tasks with different keys run in parallel, all under
 // the pool's limit. Use it for work that must not overlap per entity (per
 // user, per account, per file) without a lock held across the work or a
-// goroutine per entity.
+// goroutine per entity. [WithKeyLimit] lets up to n tasks of a key run at
+// once, still starting in submission order; [Keyed.Pause] holds one key's
+// tasks back while the others run.
 //
 // # How it runs
 //
@@ -35,6 +38,18 @@ import (
 // deletions leave it one-eighth full, so a burst of keys gives its memory
 // back.
 //
+// [WithKeyLimit](n) lets a key have up to n steps at once. A task queued
+// for a busy key below its limit hands the pool one more step, without
+// waiting (when the pool's bounded queue is full, the key's other steps
+// take the task on as they finish, or, if none is left, a goroutine of
+// the Keyed's waits for room); each step takes the key's first task as it
+// starts, so tasks start in submission order, at most n at once.
+//
+// A paused key ([Keyed.Pause]) keeps its queue and its entry, and submits
+// no step; a step of it that a worker takes starts nothing, and a task of
+// it that runs finishes. [Keyed.Resume] submits its steps again, and
+// deletes the key if it is idle.
+//
 // [WithKeyRate] limits each key to a [Rate] of task starts. A key waiting
 // for a token holds no worker (a timer brings it back); an idle key keeps
 // its bucket until the bucket is full again (at most Burst×Per/Limit),
@@ -45,17 +60,20 @@ import (
 //
 // A task for a busy key costs a shard lock and a small queue append; a task
 // for an idle key also costs a map insert, a pool submission and a map
-// delete when it is done. In steady state neither allocates beyond the
-// task's closure: a key's queue holds its first two tasks inline, and
+// delete when it is done. Each task takes one step, which costs one pool
+// submission, with any key limit. In steady state neither allocates beyond
+// the task's closure: a key's queue holds its first two tasks inline, and
 // queues are recycled.
 //
 // # Stopping
 //
 // [Pool.Stop] runs every task the Keyed accepted (except those waiting for
-// a token: see [Keyed.Go]). When [Pool.Shutdown]'s deadline passes, the
-// tasks that have not started are dropped: they are counted in
-// Stats().Dropped (see [LayerStats]), and a [Task] made by [Keyed.Submit]
-// completes with [ErrDropped].
+// a token: see [Keyed.Go]), but not the tasks of a paused key: it does not
+// resume keys. When [Pool.Shutdown]'s deadline passes, the tasks that have
+// not started are dropped, and so are a paused key's once Stop or Shutdown
+// has run the pool's queue: they are counted in Stats().Dropped (see
+// [LayerStats]), and a [Task] made by [Keyed.Submit] completes with
+// [ErrDropped]. Neither waits for a paused key, so neither hangs on one.
 //
 // A Keyed must be made with [NewKeyed]; its methods are safe for concurrent
 // use. Several may share one pool.
@@ -67,6 +85,7 @@ type Keyed[K comparable] struct {
 	clock  func() int64 // clock.Now; tests replace it
 	rate   tokenBucket  // a full bucket: the template of every key's, with WithKeyRate
 	perKey bool         // WithKeyRate
+	limit  int32        // WithKeyLimit: the most tasks of one key that run at once
 	// startsWait: ex is a pool whose Go waits for room, so a key's start
 	// may wait for room (see push).
 	startsWait bool
@@ -106,25 +125,29 @@ type keyWake[K comparable] struct {
 // idle keys (about 20 bytes each) is cheaper than making the map again.
 const rebuildKeys = 4096
 
-// The states of a key's queue.
-const (
-	keyIdle      uint8 = iota // no step; empty (kept only while its bucket refills)
-	keyScheduled              // its step is submitted (or being submitted)
-	keyRunning                // its step runs one of its tasks
-	keySleeping               // waiting for a token of its bucket; its timer will submit the step
-)
-
-// keyQueue is a key's queue. At most one step exists for it at any time,
-// which is what makes its tasks run one at a time and in order.
+// keyQueue is a key's queue. At most limit steps exist for it at any
+// time, each of which takes the first task of the queue as it starts:
+// that is what makes its tasks start in order, at most limit at once (one
+// at a time by default).
+//
+// A key with no step (pending and running 0, not sleeping) is idle; an
+// idle key with tasks queued is paused, or is being started. Every
+// pending step has a task in the queue to take (pending <= q.Len()), and,
+// WithKeyRate, a token (pending <= b.avail).
 type keyQueue[K comparable] struct {
-	k     *Keyed[K]
-	sh    *keyShard[K]
-	key   K
-	q     queue.FIFO[layerEntry]
-	small [2]layerEntry   // the queue's first chunk: a key that rarely holds more allocates none
-	lists [2][]layerEntry // the queue's lists of chunks, likewise
-	state uint8
-	dead  bool // removed while a step might still run it; never reused
+	k       *Keyed[K]
+	sh      *keyShard[K]
+	key     K
+	q       queue.FIFO[layerEntry]
+	small   [2]layerEntry   // the queue's first chunk: a key that rarely holds more allocates none
+	lists   [2][]layerEntry // the queue's lists of chunks, likewise
+	pending int32           // steps submitted (or being submitted, or owed) that have not taken a task
+	running int32           // steps running one of its tasks
+	// sleeping: waiting for a token of its bucket (WithKeyRate); its
+	// timer will submit the steps.
+	sleeping bool
+	paused   bool // Keyed.Pause: its tasks start no more until Resume
+	dead     bool // removed while a step might still run it; never reused
 	// starting is set while the Go that made the key busy hands its step
 	// to the executor; other producers of the key wait meanwhile, and the
 	// queue is neither removed nor reused (that Go still refers to it).
@@ -141,7 +164,8 @@ type keyQueue[K comparable] struct {
 type KeyedOption func(*keyedConfig)
 
 type keyedConfig struct {
-	rate *Rate
+	rate  *Rate
+	limit int
 }
 
 // WithKeyRate limits every key to r: each key has its own token bucket,
@@ -152,11 +176,19 @@ func WithKeyRate(r Rate) KeyedOption {
 	return func(c *keyedConfig) { c.rate = &r }
 }
 
+// WithKeyLimit lets up to n tasks of one key run at once (1 if not set:
+// one at a time). They still start in submission order, and never more
+// than n at once; with n > 1 they may finish in any order. n must be at
+// least 1.
+func WithKeyLimit(n int) KeyedOption {
+	return func(c *keyedConfig) { c.limit = n }
+}
+
 // NewKeyed returns a [Keyed] that runs its tasks on ex (a [*Pool] or a
 // [*RateLimited]). It panics with an error wrapping [ErrInvalid] if ex is
 // nil or an option is nil or invalid.
 func NewKeyed[K comparable](ex Executor, opts ...KeyedOption) *Keyed[K] {
-	var c keyedConfig
+	c := keyedConfig{limit: 1}
 	errs := applyOptions(&c, "crew.NewKeyed", opts)
 	var rate tokenBucket
 	if c.rate != nil {
@@ -164,6 +196,9 @@ func NewKeyed[K comparable](ex Executor, opts ...KeyedOption) *Keyed[K] {
 		rate, err = c.rate.bucket()
 		errs = append(errs, err)
 	}
+	errs = append(errs, problem(c.limit < 1, func() error {
+		return invalidf("WithKeyLimit(%d): limit must be at least 1", c.limit)
+	}))
 	if err := errors.Join(errs...); err != nil {
 		panic(err)
 	}
@@ -173,6 +208,7 @@ func NewKeyed[K comparable](ex Executor, opts ...KeyedOption) *Keyed[K] {
 	}
 	k := &Keyed[K]{seed: maphash.MakeSeed(), shards: make([]keyShard[K], n), mask: uint64(n - 1), clock: clock.Now}
 	k.rate, k.perKey = rate, c.rate != nil
+	k.limit = int32(min(c.limit, math.MaxInt32))
 	for i := range k.shards {
 		sh := &k.shards[i]
 		sh.m = make(map[K]*keyQueue[K])
@@ -187,25 +223,29 @@ func NewKeyed[K comparable](ex Executor, opts ...KeyedOption) *Keyed[K] {
 }
 
 // Go queues task to run after every task submitted before it with the same
-// key, and never at the same time as another task of that key. It returns
-// without waiting for the task to run. When key is idle, Go submits a step
-// to the pool and waits for room in a full bounded queue like [Pool.Go]
-// ([ErrQueueFull] on a pool built [WithNonBlocking]); when key is busy, it
-// only appends to the key's queue, which is unbounded. (While another Go
-// is submitting the step of the same key, Go waits for that to end, unless
-// it is called from inside one of the pool's tasks: that Go may be waiting
-// for room only the caller can free, so the task queues behind it at
-// once.)
+// key, and never at the same time as another task of that key; with
+// [WithKeyLimit](n), to start after every task submitted before it with
+// the same key has started, while fewer than n tasks of the key run. It
+// returns without waiting for the task to run. When key is idle, Go
+// submits a step to the pool and waits for room in a full bounded queue
+// like [Pool.Go] ([ErrQueueFull] on a pool built [WithNonBlocking]); when
+// key is busy or paused, it only appends to the key's queue, which is
+// unbounded (below the key's limit, it also hands the pool one more step
+// without waiting: see [Keyed]). (While another Go is submitting the step
+// of the same key, Go waits for that to end, unless it is called from
+// inside one of the pool's tasks: that Go may be waiting for room only the
+// caller can free, so the task queues behind it at once.)
 //
 // Go returns [ErrStopped] once the pool has begun to stop and [ErrNilTask]
 // for a nil task. A panic in task goes to the pool's panic handler and the
 // key's next task runs as usual. [Pool.Stop] runs every task Go accepted,
 // except those still waiting for a token ([WithKeyRate], or a Keyed on a
-// [RateLimited]) and those queued behind a first submission of their key
-// that Stop refused; those, and the tasks that [Pool.Shutdown]'s deadline
-// keeps from starting, are dropped and counted in Stats().Dropped (one
-// waiting for a token when it comes due or when a Stop from outside the
-// pool returns, as [RateLimited.Go] says).
+// [RateLimited]), those of a paused key (see [Keyed.Pause]), and those
+// queued behind a submission of their key's step that Stop refused when no
+// other step of the key was left to run them; those, and the tasks that
+// [Pool.Shutdown]'s deadline keeps from starting, are dropped and counted
+// in Stats().Dropped (one waiting for a token when it comes due or when a
+// Stop from outside the pool returns, as [RateLimited.Go] says).
 func (k *Keyed[K]) Go(key K, task func()) error {
 	return submitGo(k.layer(), k.push, nil, key, task, pushGo)
 }
@@ -250,9 +290,12 @@ func (k *Keyed[K]) SubmitContext(ctx context.Context, key K, task func(ctx conte
 }
 
 // Wait blocks until every task queued on k has finished or been dropped.
-// Tasks queued while it waits count too. When it returns, every key that
-// has no bucket refilling has been deleted, except one whose first Go is
-// still returning: that Go deletes it.
+// Tasks queued while it waits count too. While a key is paused with tasks
+// queued (see [Keyed.Pause]), Wait waits until the key is resumed, or
+// until the pool has stopped and dropped them: like [Pool.Wait] on a
+// paused pool, it does not return with tasks left. When it returns, every
+// key that is not paused and has no bucket refilling has been deleted,
+// except one whose first Go is still returning: that Go deletes it.
 //
 // Called from inside one of k's own tasks, which it would wait for
 // forever, Wait panics with an error wrapping [ErrInsideTask], like
@@ -262,8 +305,8 @@ func (k *Keyed[K]) SubmitContext(ctx context.Context, key K, task func(ctx conte
 func (k *Keyed[K]) Wait() { k.layer().wait("Keyed") }
 
 // Stats returns a snapshot of k's counters. Keys counts the keys that hold
-// memory: busy ones, and with [WithKeyRate] idle ones whose bucket is still
-// refilling. It locks each shard in turn, briefly.
+// memory: busy ones, paused ones, and with [WithKeyRate] idle ones whose
+// bucket is still refilling. It locks each shard in turn, briefly.
 func (k *Keyed[K]) Stats() LayerStats { return k.layer().stats(k.keys) }
 
 // keys fills the counts Stats adds to the layer's: it locks each shard in
@@ -291,7 +334,8 @@ func (k *Keyed[K]) shard(key K) *keyShard[K] {
 }
 
 // push queues e under key, and submits the key's step as mode says if the
-// key was idle.
+// key was idle. A busy key below its limit gets one more step, handed over
+// without waiting (see spawn).
 func (k *Keyed[K]) push(ctx context.Context, key K, e layerEntry, mode pushMode) error {
 	if k.shards == nil {
 		e.refuse(errZeroLayer)
@@ -323,26 +367,44 @@ func (k *Keyed[K]) push(ctx context.Context, key K, e layerEntry, mode pushMode)
 		sh.started.Wait()
 	}
 	if kq == nil {
-		kq = k.newQueue(sh, key)
-		sh.m[key] = kq
-		sh.peak = max(sh.peak, len(sh.m))
+		kq = k.add(sh, key)
 	}
 	kq.q.Push(e)
 	sh.waiting++
 	k.l.accept()
-	if kq.state != keyIdle || kq.starting {
-		// The key's step will come to it, or the submission that is
-		// starting the key will find it queued (see started).
+	if kq.starting {
+		// The submission that is starting the key will find it queued
+		// (see started).
 		sh.mu.Unlock()
 		return nil
 	}
-	if !kq.schedule() {
+	if kq.busy() {
+		// The key's steps will come to it; below the limit, one more.
+		var n int32
+		if k.limit > 1 {
+			n = kq.more()
+		}
+		sh.mu.Unlock()
+		if n > 0 {
+			kq.spawn(n)
+		}
+		return nil
+	}
+	if kq.more() == 0 { // paused, or asleep until a token
 		sh.mu.Unlock()
 		return nil
 	}
 	kq.starting = true
 	sh.mu.Unlock()
 	return kq.started(k.l.steps.submit(ctx, kq.step, mode))
+}
+
+// add makes key's queue in sh, which has none. Called under sh's lock.
+func (k *Keyed[K]) add(sh *keyShard[K], key K) *keyQueue[K] {
+	kq := k.newQueue(sh, key)
+	sh.m[key] = kq
+	sh.peak = max(sh.peak, len(sh.m))
+	return kq
 }
 
 func (k *Keyed[K]) newQueue(sh *keyShard[K], key K) *keyQueue[K] {
@@ -362,7 +424,8 @@ func (k *Keyed[K]) newQueue(sh *keyShard[K], key K) *keyQueue[K] {
 
 // remove deletes kq from its shard. Called under the shard's lock. A queue
 // that no step can reach any more is recycled; one that a stale step or
-// timer might still touch (reuse false) is marked dead instead.
+// timer might still touch (reuse false, or steps still counted) is marked
+// dead instead.
 func (k *Keyed[K]) remove(kq *keyQueue[K], reuse bool) {
 	sh := kq.sh
 	delete(sh.m, kq.key)
@@ -378,25 +441,47 @@ func (k *Keyed[K]) remove(kq *keyQueue[K], reuse bool) {
 		}
 		sh.m, sh.peak = m, n
 	}
-	if k.perKey || !reuse || kq.starting {
-		kq.dead = true // a wake in its shard's heap, or its starting Go, may still refer to it
+	if k.perKey || !reuse || kq.starting || kq.pending+kq.running > 0 {
+		// A wake in its shard's heap, its starting Go, or a step of it
+		// that a worker took as the pool ended, may still refer to it.
+		kq.dead = true
 		kq.wakeGen++
 		return
 	}
 	var zero K
-	kq.key, kq.sh, kq.state = zero, nil, keyIdle
+	kq.key, kq.sh = zero, nil
+	kq.sleeping, kq.paused = false, false
 	k.free.Put(kq)
 }
 
 // dropAll drops kq's queued tasks and removes it. Called under the shard's
 // lock; the entries are completed after it is released.
 func (k *Keyed[K]) dropAll(kq *keyQueue[K], reuse bool) []layerEntry {
-	var dropped []layerEntry
-	for kq.q.Len() > 0 {
-		dropped = append(dropped, kq.q.Take())
-	}
-	kq.sh.waiting -= len(dropped)
+	dropped := k.takeAll(kq)
 	k.remove(kq, reuse)
+	return dropped
+}
+
+// takeAll takes kq's queued tasks off its queue, to be dropped. Called
+// under the shard's lock.
+func (k *Keyed[K]) takeAll(kq *keyQueue[K]) []layerEntry {
+	var taken []layerEntry
+	for kq.q.Len() > 0 {
+		taken = append(taken, kq.q.Take())
+	}
+	kq.sh.waiting -= len(taken)
+	return taken
+}
+
+// ended deals with a key whose step finds that the pool has ended: its
+// queued tasks are dropped, and the key is removed once no other step of
+// it runs a task (the last one removes it). Called under the shard's lock;
+// the entries are completed after it is released.
+func (k *Keyed[K]) ended(kq *keyQueue[K]) []layerEntry {
+	dropped := k.takeAll(kq)
+	if kq.running == 0 {
+		k.remove(kq, true)
+	}
 	return dropped
 }
 
@@ -404,10 +489,11 @@ func (k *Keyed[K]) dropAll(kq *keyQueue[K], reuse bool) []layerEntry {
 // deadline has passed, or Stop has run everything.
 func (k *Keyed[K]) stopping() bool { return k.l.over() }
 
-// abandon runs once the pool has stopped: every key whose step is not
-// running will never run again (its step was dropped from the pool's
-// queue, or is refused), so its tasks are dropped. A running step drops
-// its key's remaining tasks itself when its task returns.
+// abandon runs once the pool has stopped: every key none of whose steps is
+// running will never run again (its steps were dropped from the pool's
+// queue, or are refused; a paused key has none), so its tasks are dropped.
+// A running step drops its key's remaining tasks itself when its task
+// returns.
 func (k *Keyed[K]) abandon() {
 	var dropped []layerEntry
 	for i := range k.shards {
@@ -417,7 +503,7 @@ func (k *Keyed[K]) abandon() {
 		for _, kq := range sh.m {
 			// A running step, and a starting Go, deal with their key
 			// themselves.
-			if kq.state != keyRunning && !kq.starting {
+			if kq.running == 0 && !kq.starting {
 				gone = append(gone, kq)
 			}
 		}
@@ -431,11 +517,91 @@ func (k *Keyed[K]) abandon() {
 	k.l.dropEntries(dropped...)
 }
 
+// Pause stops the queued tasks of key from starting until [Keyed.Resume]:
+// tasks of key already running finish, tasks of other keys go on as
+// before, and Go and Submit for key still queue its tasks (they never wait
+// for room: a paused key submits no step to the pool). A step of key that
+// a worker was taking as Pause returned may still start one task. Pause of
+// a key that has no task pauses it all the same, so that its tasks queue
+// from the first; a paused key holds its memory (a map entry and a small
+// queue) until Resume, and counts in Stats().Keys.
+//
+// While a key is paused with tasks queued, [Keyed.Wait] waits until Resume
+// or until the pool stops. [Pool.Stop] and [Pool.Shutdown] do not resume a
+// paused key: its queued tasks are dropped once the pool has stopped,
+// counted in Stats().Dropped (see [LayerStats]), and a [Task] made by
+// [Keyed.Submit] completes with [ErrDropped]. Resume the key first to run
+// them. Pause is idempotent, and does nothing once Stop or Shutdown has
+// begun, or on a zero Keyed. It costs a shard lock.
+func (k *Keyed[K]) Pause(key K) {
+	if k == nil || k.shards == nil {
+		return
+	}
+	sh := k.shard(key)
+	sh.mu.Lock()
+	if k.l.refuses() == nil {
+		kq := sh.m[key]
+		if kq == nil {
+			kq = k.add(sh, key)
+		}
+		kq.paused = true
+	}
+	sh.mu.Unlock()
+}
+
+// Resume lets the queued tasks of a paused key start again, in order,
+// handing the key's steps to the pool without waiting for room (a full
+// bounded queue's room is waited for by a goroutine of the Keyed's, as
+// when a key's token comes due). A paused key with no task is deleted, as
+// an idle key is. Resume does nothing for a key that is not paused, or on
+// a zero Keyed. Once the pool has begun to stop, the tasks it resumes are
+// dropped if the pool no longer takes their steps.
+func (k *Keyed[K]) Resume(key K) {
+	if k == nil || k.shards == nil {
+		return
+	}
+	sh := k.shard(key)
+	sh.mu.Lock()
+	kq := sh.m[key]
+	if kq == nil || !kq.paused {
+		sh.mu.Unlock()
+		return
+	}
+	kq.paused = false
+	var n int32
+	switch {
+	case kq.starting: // the starting Go passes the key on (see started)
+	case kq.busy() || kq.q.Len() > 0:
+		n = kq.more()
+	case k.stopping():
+		k.remove(kq, true)
+	default:
+		kq.idle()
+	}
+	sh.mu.Unlock()
+	kq.spawn(n)
+}
+
+// Paused reports whether key is paused: [Keyed.Pause] was called for it,
+// and not [Keyed.Resume] since. Once the pool has stopped, a key whose
+// tasks it dropped is no longer paused. Paused is false on a zero Keyed.
+func (k *Keyed[K]) Paused(key K) bool {
+	if k == nil || k.shards == nil {
+		return false
+	}
+	sh := k.shard(key)
+	sh.mu.Lock()
+	kq := sh.m[key]
+	paused := kq != nil && kq.paused
+	sh.mu.Unlock()
+	return paused
+}
+
 // started ends the start of a key that was idle, whose step the executor
 // took (err == nil) or refused: then the task just queued, the first in
 // the key's queue, is not accepted after all. Tasks queued behind it (by
 // submissions that must not wait, or from inside the pool's tasks) were
-// accepted: the stepper submits the key's step for them, waiting for room.
+// accepted: the stepper submits the key's steps for them, waiting for room.
 func (kq *keyQueue[K]) started(err error) error {
 	k, sh := kq.k, kq.sh
 	sh.mu.Lock()
@@ -447,7 +613,7 @@ func (kq *keyQueue[K]) started(err error) error {
 		// (a Task is done with ErrDropped).
 		sh.mu.Unlock()
 		return err
-	case err == nil && kq.state == keyScheduled && k.stopping():
+	case err == nil && kq.running == 0 && k.stopping():
 		// Shutdown's deadline has passed, and abandon left the key to us:
 		// the step was dropped with the pool's queue, or will find the
 		// key dead.
@@ -455,51 +621,82 @@ func (kq *keyQueue[K]) started(err error) error {
 		sh.mu.Unlock()
 		k.l.dropEntries(dropped...)
 		return nil
-	case err == nil && kq.state == keyIdle && kq.q.Len() > 0:
-		// The step has run our task and left the key to us, and tasks
-		// from inside the pool's tasks queued meanwhile: start it again
-		// for them, from a goroutine that may wait for room.
-		if kq.schedule() {
-			k.l.steps.owe(kq.step)
-		}
-		sh.mu.Unlock()
-		return nil
 	case err == nil:
-		if kq.state == keyIdle {
-			kq.idle() // the step has run the task and left the key to us
+		// The step may have run our task and left the key to us, and
+		// tasks may have queued behind our start meanwhile (or, with a
+		// limit above 1, behind the step): start them, from a goroutine
+		// that may wait for room.
+		n := kq.more()
+		if n == 0 && !kq.busy() && kq.q.Len() == 0 {
+			kq.idle()
 		}
 		sh.mu.Unlock()
+		kq.owe(n)
 		return nil
 	}
 	own := kq.q.Take()
 	sh.waiting--
-	behind := kq.q.Len() > 0
-	if !behind {
-		kq.state = keyIdle
+	kq.pending--
+	n := kq.more()
+	if n == 0 && !kq.busy() && kq.q.Len() == 0 {
 		kq.idle()
 	}
 	sh.mu.Unlock()
 	k.l.done(1)
 	own.refuse(err)
-	if behind {
-		k.l.steps.owe(kq.step) // a stopped pool refuses it: the tasks are dropped
-	}
+	kq.owe(n) // a stopped pool refuses them: the tasks are dropped
 	return err
 }
 
+// owe hands n steps of kq, counted as pending, to the stepper.
+func (kq *keyQueue[K]) owe(n int32) {
+	for range n {
+		kq.k.l.steps.owe(kq.step)
+	}
+}
+
+// spawn hands n steps of kq, counted as pending, to the executor without
+// waiting (see refused).
+func (kq *keyQueue[K]) spawn(n int32) {
+	st := &kq.k.l.steps
+	for range n {
+		if err := st.submit(nil, kq.step, pushTry); err != nil {
+			kq.refused(err)
+		}
+	}
+}
+
 // stepDropped drops the tasks of a scheduled key whose step the
-// stopped pool refused, or a RateLimited dropped.
-func (kq *keyQueue[K]) stepDropped() {
+// stopped pool refused, or a RateLimited dropped, unless another step of
+// the key is left to carry them.
+func (kq *keyQueue[K]) stepDropped() { kq.refused(ErrStopped) }
+
+// refused deals with a step of kq that the executor did not take (err) or
+// dropped unrun. Another step of the key, Resume of a paused key, or the
+// Go starting the key carries its tasks on if there is one. Otherwise the
+// stepper waits for room in a full queue, and the tasks of a key whose
+// step a stopped pool refused are dropped.
+func (kq *keyQueue[K]) refused(err error) {
 	sh := kq.sh
 	sh.mu.Lock()
-	if kq.dead || kq.state != keyScheduled {
+	if kq.dead || kq.pending == 0 {
 		sh.mu.Unlock()
 		return
 	}
-	dropped := kq.k.dropAll(kq, true)
-	kq.k.l.holdDrop()
-	sh.mu.Unlock()
-	kq.k.l.dropTaken(dropped)
+	kq.pending--
+	switch {
+	case kq.busy() || kq.paused:
+		sh.mu.Unlock()
+	case err == ErrQueueFull:
+		kq.pending++ // q.Len() > pending still: the task the step was for
+		sh.mu.Unlock()
+		kq.k.l.steps.owe(kq.step)
+	default:
+		dropped := kq.k.dropAll(kq, true)
+		kq.k.l.holdDrop()
+		sh.mu.Unlock()
+		kq.k.l.dropTaken(dropped)
+	}
 }
 
 // run is the key's step: it runs the key's first task, then passes the key
@@ -512,17 +709,39 @@ func (kq *keyQueue[K]) run() {
 			sh.mu.Unlock() // abandoned as the pool stopped
 			return
 		}
+		kq.pending--
+		k := kq.k
+		if kq.paused {
+			sh.mu.Unlock() // Resume submits the key's steps again
+			return
+		}
+		if k.limit > 1 && k.stopping() {
+			// Another step of the key was running as Shutdown's deadline
+			// passed, and a worker took this one just before the pool
+			// dropped its queue.
+			dropped := k.ended(kq)
+			sh.mu.Unlock()
+			k.l.dropEntries(dropped...)
+			return
+		}
 		e := kq.q.Take()
 		sh.waiting--
-		kq.state = keyRunning
-		if k := kq.k; k.perKey {
+		kq.running++
+		if k.perKey {
 			now := k.clock()
-			kq.b.take(now) // available: checked before the step was submitted
+			kq.b.take(now) // available: reserved when the step was submitted
 			if k.tookToken != nil {
 				k.tookToken(kq.key, now)
 			}
 		}
+		var n int32
+		if k.limit > 1 {
+			n = kq.more() // the next step, if it waited for this token
+		}
 		sh.mu.Unlock()
+		if n > 0 {
+			kq.spawn(n)
+		}
 		if !kq.exec(e) {
 			return
 		}
@@ -575,10 +794,11 @@ func (kq *keyQueue[K]) after() bool {
 		sh.mu.Unlock()
 		return false
 	}
+	kq.running--
 	if kq.q.Len() == 0 {
 		switch {
-		case kq.starting:
-			kq.state = keyIdle // the starting Go deals with it
+		case kq.running > 0: // the key's last running step passes it on
+		case kq.starting: // the starting Go deals with it
 		case k.stopping():
 			k.remove(kq, true) // no bucket to keep refilling: nothing will start
 		default:
@@ -588,16 +808,20 @@ func (kq *keyQueue[K]) after() bool {
 		return false
 	}
 	if k.stopping() { // Shutdown gave up: drop the rest
-		dropped := k.dropAll(kq, true)
+		dropped := k.ended(kq)
 		sh.mu.Unlock()
 		k.l.dropEntries(dropped...)
 		return false
 	}
-	if !kq.schedule() {
+	n := kq.more()
+	if n == 0 {
 		sh.mu.Unlock()
 		return false
 	}
 	sh.mu.Unlock()
+	if n > 1 {
+		kq.spawn(n - 1) // before ours: the step we still count keeps kq ours
+	}
 	err := k.l.steps.submit(nil, kq.step, pushTry)
 	switch {
 	case err == nil:
@@ -609,39 +833,56 @@ func (kq *keyQueue[K]) after() bool {
 	return false
 }
 
-// schedule passes on a key with queued tasks and no step: it puts a key
-// out of tokens to sleep, or marks it scheduled and reports true, when the
-// caller must submit its step. Called under the shard lock.
-func (kq *keyQueue[K]) schedule() bool {
-	if k := kq.k; k.perKey {
-		if now := k.clock(); kq.b.avail(now) < 1 {
-			kq.sleep(now)
-			return false
+// busy reports whether kq has a step: pending, running, or asleep until a
+// token. Called under the shard lock.
+func (kq *keyQueue[K]) busy() bool { return kq.pending+kq.running > 0 || kq.sleeping }
+
+// more counts as pending, and returns, the steps that the caller must
+// submit for kq: one for each queued task that no step is coming for, as
+// far as the key's limit allows. None while the key is paused or asleep.
+// WithKeyRate, only as many as there are tokens for: when that leaves a
+// task without a step, it puts the key to sleep until the next token
+// (unless the bucket is too small for one more: then a step that takes
+// its token calls more again). Called under the shard lock.
+func (kq *keyQueue[K]) more() int32 {
+	if kq.paused || kq.sleeping {
+		return 0
+	}
+	k := kq.k
+	n := min(k.limit-kq.pending-kq.running, int32(kq.q.Len())-kq.pending)
+	if n <= 0 {
+		return 0
+	}
+	if k.perKey {
+		now := k.clock()
+		if tokens := kq.b.avail(now) - int64(kq.pending); tokens < int64(n) {
+			n = int32(max(tokens, 0))
+			if next := int64(kq.pending+n) + 1; next <= kq.b.cap {
+				kq.sleeping = true
+				kq.arm(kq.b.at(next), now)
+			}
 		}
 	}
-	kq.state = keyScheduled
-	return true
+	kq.pending += n
+	return n
 }
 
-// idle deals with a key whose queue is empty. Called under the shard lock.
+// idle deals with a key whose queue is empty and that has no step. A
+// paused key is kept. Called under the shard lock.
 func (kq *keyQueue[K]) idle() {
+	if kq.paused {
+		return
+	}
 	k := kq.k
 	if k.perKey {
 		if now := k.clock(); kq.b.tat > now {
 			// Keep the bucket until it is full again, or a new task could
 			// start before its token.
-			kq.state = keyIdle
 			kq.arm(kq.b.tat, now)
 			return
 		}
 	}
 	k.remove(kq, true)
-}
-
-// sleep makes a key wait for a token. Called under the shard lock.
-func (kq *keyQueue[K]) sleep(now int64) {
-	kq.state = keySleeping
-	kq.arm(kq.b.at(1), now)
 }
 
 // arm makes the shard's timer call wake for kq at at, in place of any
@@ -737,14 +978,13 @@ func (kq *keyQueue[K]) wake() {
 	}
 	now := k.clock()
 	switch {
-	case kq.state == keySleeping && kq.b.avail(now) >= 1:
-		kq.state = keyScheduled
+	case kq.sleeping:
+		kq.sleeping = false
+		n := kq.more() // asleep again if the token is not due yet
 		sh.mu.Unlock()
-		k.l.steps.owe(kq.step) // the stepper waits for room
+		kq.owe(n) // the stepper waits for room
 		return
-	case kq.state == keySleeping:
-		kq.sleep(now)
-	case kq.state == keyIdle && kq.q.Len() == 0:
+	case !kq.busy() && kq.q.Len() == 0 && !kq.paused:
 		if kq.b.tat <= now {
 			k.remove(kq, false)
 		} else {

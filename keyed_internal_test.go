@@ -84,13 +84,7 @@ func TestKeyedRatePerKeyIsNeverExceeded(t *testing.T) {
 	defer p.Stop()
 	r := Rate{Limit: 1, Per: 3 * time.Millisecond, Burst: 2}
 	k := NewKeyed[int](p, WithKeyRate(r))
-	var mu sync.Mutex
-	took := map[int][]int64{}
-	k.tookToken = func(key int, now int64) { // under the shard lock
-		mu.Lock()
-		took[key] = append(took[key], now)
-		mu.Unlock()
-	}
+	took := recordTokens(k)
 	const keys, perKey = 4, 12
 	for i := range keys * perKey {
 		k.Go(i%keys, func() {})
@@ -114,6 +108,19 @@ func TestKeyedRatePerKeyIsNeverExceeded(t *testing.T) {
 }
 
 const schedDeadlineInternal = 10 * time.Second
+
+// recordTokens makes k record the times at which each key takes a token,
+// in the map it returns; read it once k's tasks are done.
+func recordTokens(k *Keyed[int]) map[int][]int64 {
+	var mu sync.Mutex
+	took := map[int][]int64{}
+	k.tookToken = func(key int, now int64) { // under the shard lock
+		mu.Lock()
+		took[key] = append(took[key], now)
+		mu.Unlock()
+	}
+	return took
+}
 
 // checkBucketBound checks that the sorted times ts (nanoseconds) never put
 // more starts in an interval than the bucket allows: for i < j,
@@ -223,5 +230,88 @@ func TestKeyedGoFromATaskBehindAStartWhoseStepHasRun(t *testing.T) {
 	}
 	if s := k.Stats(); s.Keys != 0 || s.Unfinished != 0 {
 		t.Fatalf("Keyed stats %+v, want no key left", s)
+	}
+}
+
+// WithKeyLimit and WithKeyRate together: each key's token times obey its
+// bucket's bound exactly, at most limit of its tasks run at once, and
+// more than one does at times (the bucket lets three start together).
+// Idle keys are reclaimed once their bucket is full again.
+func TestKeyedLimitWithKeyRate(t *testing.T) {
+	leak.Check(t)
+	p := New(8)
+	defer p.Stop()
+	r := Rate{Limit: 1, Per: 2 * time.Millisecond, Burst: 3}
+	const keys, perKey, limit = 3, 15, 3
+	k := NewKeyed[int](p, WithKeyRate(r), WithKeyLimit(limit))
+	took := recordTokens(k)
+	var running, peak [keys]atomic.Int64
+	var over atomic.Int64
+	for i := range keys * perKey {
+		key := i % keys
+		k.Go(key, func() {
+			n := running[key].Add(1)
+			if n > limit {
+				over.Add(1)
+			}
+			for {
+				if old := peak[key].Load(); n <= old || peak[key].CompareAndSwap(old, n) {
+					break
+				}
+			}
+			time.Sleep(3 * time.Millisecond) // work: lets the next token come while it runs
+			running[key].Add(-1)
+		})
+	}
+	k.Wait()
+	b, _ := r.bucket()
+	most := int64(0)
+	for key, ts := range took {
+		if len(ts) != perKey {
+			t.Fatalf("key %d took %d tokens, want %d", key, len(ts), perKey)
+		}
+		checkBucketBound(t, ts, b)
+		most = max(most, peak[key].Load())
+	}
+	if over.Load() != 0 || most < 2 {
+		t.Fatalf("%d starts above the limit; at most %d tasks of a key ran at once, want 2 or 3", over.Load(), most)
+	}
+	deadline := time.Now().Add(schedDeadlineInternal)
+	for k.Stats().Keys != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d keys still held after their buckets refilled", k.Stats().Keys)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// A Go for a busy key allocates nothing beyond the task's closure, with
+// the default limit of 1 and with a key at a limit above 1; so does the
+// Pause and Resume of a key that stays in the map.
+func TestKeyedGoForABusyKeyAllocatesNothing(t *testing.T) {
+	leak.Check(t)
+	for _, limit := range []int{1, 2} {
+		p := New(limit)
+		k := NewKeyed[int](p, WithKeyLimit(limit))
+		release := make(chan struct{})
+		started := make(chan struct{}, limit)
+		for range limit {
+			k.Go(1, func() { started <- struct{}{}; <-release })
+		}
+		for range limit {
+			<-started
+		}
+		task := func() {}
+		if a := testing.AllocsPerRun(1000, func() { k.Go(1, task) }); a != 0 {
+			t.Errorf("limit %d: Go for a busy key: %v allocations, want 0", limit, a)
+		}
+		k.Pause(1)
+		if a := testing.AllocsPerRun(1000, func() { k.Pause(1); k.Resume(1); k.Pause(1) }); a != 0 {
+			t.Errorf("limit %d: Pause and Resume of a busy key: %v allocations, want 0", limit, a)
+		}
+		k.Resume(1)
+		close(release)
+		k.Wait()
+		p.Stop()
 	}
 }

@@ -254,23 +254,35 @@ func recoverErr(f func()) (err error, panicked bool) {
 }
 
 // Stop runs every accepted task, including those queued behind a running
-// task of their key.
+// task of their key, with any key limit, on a plain and on a bounded pool.
 func TestKeyedStopRunsEverything(t *testing.T) {
 	leak.Check(t)
-	p := crew.New(2)
-	k := crew.NewKeyed[int](p)
-	var ran atomic.Int64
-	n := scaled(200, 4)
-	for i := range 10 * n {
-		k.Go(i%10, func() { ran.Add(1) })
-	}
-	within(t, schedDeadline, "Pool.Stop", p.Stop)
-	if ran.Load() != int64(10*n) {
-		t.Fatalf("%d of %d tasks ran before Stop returned", ran.Load(), 10*n)
-	}
-	within(t, schedDeadline, "Keyed.Wait", k.Wait)
-	if s := k.Stats(); s.Keys != 0 || s.Dropped != 0 {
-		t.Fatalf("Stats after Stop = %+v", s)
+	for _, limit := range []int{1, 3} {
+		for _, bounded := range []bool{false, true} {
+			t.Run(fmt.Sprintf("limit=%d/bounded=%v", limit, bounded), func(t *testing.T) {
+				var opts []crew.Option
+				if bounded {
+					opts = append(opts, crew.WithQueueSize(2))
+				}
+				p := crew.New(2, opts...)
+				k := crew.NewKeyed[int](p, crew.WithKeyLimit(limit))
+				var ran atomic.Int64
+				n := scaled(200, 4)
+				for i := range 10 * n {
+					if err := k.Go(i%10, func() { ran.Add(1) }); err != nil {
+						t.Fatal(err)
+					}
+				}
+				within(t, schedDeadline, "Pool.Stop", p.Stop)
+				if ran.Load() != int64(10*n) {
+					t.Fatalf("%d of %d tasks ran before Stop returned", ran.Load(), 10*n)
+				}
+				within(t, schedDeadline, "Keyed.Wait", k.Wait)
+				if s := k.Stats(); s.Keys != 0 || s.Dropped != 0 {
+					t.Fatalf("Stats after Stop = %+v", s)
+				}
+			})
+		}
 	}
 }
 

@@ -449,7 +449,7 @@ var errZeroLayer = invalidf("Keyed, Priority and RateLimited must be made with t
 type LayerStats struct {
 	Unfinished int    // tasks accepted that have neither finished nor been dropped
 	Waiting    int    // of those, tasks not yet handed to a worker
-	Keys       int    // Keyed only: keys that hold memory (busy, or refilling a per-key bucket)
+	Keys       int    // Keyed only: keys that hold memory (busy, paused, or refilling a per-key bucket)
 	Dropped    uint64 // tasks accepted and dropped because the pool stopped before they could start
 }
 

@@ -35,6 +35,16 @@ func TestLayersStopWhileSubmitting(t *testing.T) {
 			return func(i int, f func()) error { return k.Go(i%13, f) },
 				func(i int, f func(context.Context) error) *crew.Task { return k.Submit(i%13, f) }, k.Wait, k.Stats
 		}, false},
+		{"KeyedLimit", func(p *crew.Pool) (func(int, func()) error, func(int, func(context.Context) error) *crew.Task, func(), func() crew.LayerStats) {
+			k := crew.NewKeyed[int](p, crew.WithKeyLimit(3))
+			return func(i int, f func()) error { return k.Go(i%13, f) },
+				func(i int, f func(context.Context) error) *crew.Task { return k.Submit(i%13, f) }, k.Wait, k.Stats
+		}, false}, // a key's only step, waiting for room in a full queue as Stop begins, is refused: its tasks are dropped (see Keyed.Go)
+		{"KeyedLimitRate", func(p *crew.Pool) (func(int, func()) error, func(int, func(context.Context) error) *crew.Task, func(), func() crew.LayerStats) {
+			k := crew.NewKeyed[int](p, crew.WithKeyLimit(2), crew.WithKeyRate(crew.Rate{Limit: 1, Per: 20 * time.Microsecond, Burst: 4}))
+			return func(i int, f func()) error { return k.Go(i%13, f) },
+				func(i int, f func(context.Context) error) *crew.Task { return k.Submit(i%13, f) }, k.Wait, k.Stats
+		}, false},
 		{"Priority", func(p *crew.Pool) (func(int, func()) error, func(int, func(context.Context) error) *crew.Task, func(), func() crew.LayerStats) {
 			q := crew.NewPriority(p, crew.WithAging(time.Microsecond))
 			return func(i int, f func()) error { return q.Go(i%5, f) },
