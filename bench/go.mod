@@ -6,6 +6,7 @@ require (
 	github.com/alitto/pond v1.9.2
 	github.com/alitto/pond/v2 v2.7.1
 	github.com/gammazero/workerpool v1.3.0
+	github.com/go-pkgz/pool v0.9.0
 	github.com/gocrew/crew v0.1.0
 	github.com/panjf2000/ants/v2 v2.12.1
 	github.com/sourcegraph/conc v0.3.0
@@ -25,6 +26,7 @@ require (
 	go.uber.org/multierr v1.9.0 // indirect
 	golang.org/x/image v0.30.0 // indirect
 	golang.org/x/text v0.28.0 // indirect
+	golang.org/x/time v0.14.0 // indirect
 )
 
 replace github.com/gocrew/crew => ../
