@@ -501,3 +501,25 @@ func ExampleRetry_Do() {
 	fmt.Println(err, calls)
 	// Output: <nil> 4
 }
+
+func ExampleGroup_Done() {
+	p := crew.New(4)
+	defer p.Stop()
+
+	g := p.Group(context.Background())
+	for i := range 3 {
+		g.Go(func(ctx context.Context) error {
+			if i == 2 {
+				return errors.New("third failed")
+			}
+			return nil
+		})
+	}
+	select {
+	case <-g.Done():
+		fmt.Println("finished:", g.Wait())
+	case <-time.After(time.Minute):
+		fmt.Println("still running")
+	}
+	// Output: finished: third failed
+}

@@ -132,6 +132,8 @@ type core[I any] struct {
 	waiters    int           // goroutines parked in wait
 	wake       chan struct{}
 	closed     bool // Wait has returned
+	doneCh     chan struct{} // made by Done; closed once the group has ended
+	ended      bool          // Done was called and no task was left: Go is refused
 	result     error
 	err        error         // first error
 	errs       []seqErr      // WithAllErrors
@@ -292,7 +294,7 @@ func (c *core[I]) accept(it I, isNil, try bool) error {
 // error), with c.mu unlocked.
 func (c *core[I]) lockOpen() error {
 	c.mu.Lock()
-	if c.closed {
+	if c.closed || c.ended {
 		c.mu.Unlock()
 		return ErrGroupDone
 	}
@@ -684,10 +686,59 @@ func (c *core[I]) done(seq int, err error, skipped, keep bool) bool {
 	}
 	c.running--
 	c.unfinished--
+	if c.unfinished == 0 && c.doneCh != nil {
+		c.end()
+	}
 	n := c.needSteps()
 	c.signal()
 	c.mu.Unlock()
 	return n > 0 && !c.submit(n, keep)
+}
+
+// doneChan is Done: it makes the channel and ends the group at once if no
+// task is left.
+func (c *core[I]) doneChan() <-chan struct{} {
+	if c == nil || c.ctx == nil {
+		return closedChan
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.doneCh == nil {
+		c.doneCh = make(chan struct{})
+		if c.unfinished == 0 {
+			c.end()
+		} else {
+			// Only a waiter skips the queued tasks of a cancelled group:
+			// without one, nothing else would end it.
+			context.AfterFunc(c.ctx, c.skipQueued)
+		}
+	}
+	return c.doneCh
+}
+
+// skipQueued skips the tasks queued in a cancelled group, as a waiter
+// would.
+func (c *core[I]) skipQueued() {
+	for {
+		c.mu.Lock()
+		if c.q.Len() == 0 {
+			c.mu.Unlock()
+			return
+		}
+		e := c.q.Take()
+		c.running++
+		c.mu.Unlock()
+		c.runItem(e, false) // skips it
+	}
+}
+
+// end closes the Done channel of a group left with no task, and refuses
+// Go from then on. Called under mu.
+func (c *core[I]) end() {
+	if !c.ended {
+		c.ended = true
+		close(c.doneCh)
+	}
 }
 
 // record notes a task's error under mu and returns the cause with which to

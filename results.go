@@ -71,6 +71,10 @@ func (g *ResultGroup[T]) Wait() ([]T, error) {
 // Context returns the group's context, as [Group.Context] does.
 func (g *ResultGroup[T]) Context() context.Context { return g.core().context() }
 
+// Done returns a channel that is closed once the group has ended, as
+// [Group.Done] says; [ResultGroup.Wait] then returns the results at once.
+func (g *ResultGroup[T]) Done() <-chan struct{} { return g.core().doneChan() }
+
 // core returns g's core, nil for a nil ResultGroup.
 func (g *ResultGroup[T]) core() *core[func(context.Context) (T, error)] {
 	if g == nil {
