@@ -555,6 +555,32 @@ func TestCancelRacesWorkersAndShutdown(t *testing.T) {
 	}
 }
 
+// Cancel adds no allocation: a Submit still costs three (the Task, its
+// channel and its run method) when the task does not call its context's
+// Done, and Cancel none; Go none.
+func TestCancelAllocations(t *testing.T) {
+	leak.Check(t)
+	p := crew.New(1)
+	defer p.Stop()
+	task := func(ctx context.Context) error {
+		if ctx.Value(p) != nil || ctx.Err() != nil {
+			return errors.New("a live context has a value or an error")
+		}
+		return nil
+	}
+	if a := testing.AllocsPerRun(1000, func() { p.Submit(task).Wait() }); a > 3 {
+		t.Errorf("Submit and Wait of a task that does not call Done: %v allocations, want 3", a)
+	}
+	p.Pause()
+	if a := testing.AllocsPerRun(1000, func() { p.Submit(task).Cancel() }); a > 3 {
+		t.Errorf("Submit and Cancel: %v allocations, want 3", a)
+	}
+	p.Resume()
+	if a := testing.AllocsPerRun(1000, func() { p.Go(func() {}) }); a != 0 {
+		t.Errorf("Go: %v allocations, want 0", a)
+	}
+}
+
 // Stats read while cancels race Shutdown: the counters never go down.
 func TestCancelStatsNeverGoDown(t *testing.T) {
 	leak.Check(t)

@@ -127,8 +127,8 @@ func (p *Pool) GoContext(ctx context.Context, task func()) error {
 // passes): it carries the pool's values and deadline and is cancelled
 // when the pool's is, when Task.Cancel is called while task runs, and
 // once task has returned. It costs nothing until task calls its Done
-// method (so does deriving a context from it); then it costs what a
-// [context.WithCancel] of the pool's context costs.
+// method (so does deriving a context from it); then it costs a
+// [context.WithCancel] of the pool's context and one small allocation.
 //
 // Submit never fails silently: when task cannot be queued ([ErrStopped],
 // [ErrQueueFull] on a pool built [WithNonBlocking], [ErrNilTask], or an
