@@ -75,7 +75,8 @@ var errZeroTask = invalidf("a Task must come from a Submit method")
 // returns false, as does Cancel of a nil Task or one not returned by a
 // Submit form. Once [Pool.Shutdown]'s deadline has passed, Cancel no
 // longer keeps a Pool's queued task from starting: Shutdown drops it
-// ([ErrDropped]) or a worker begins it as Shutdown drains the queue.
+// ([ErrDropped]), or a worker begins it as Shutdown drains the queue and
+// it sees the pool's context cancelled once the drain is done.
 //
 // A Pool's task cancelled before it started counts in [Stats].Cancelled,
 // and the worker that reaches its place in the queue passes over it. A
@@ -83,8 +84,8 @@ var errZeroTask = invalidf("a Task must come from a Submit method")
 // layer's order until the layer reaches it and passes over it: it counts
 // among [LayerStats].Unfinished until then (the layer's Wait waits for
 // it), and in LayerStats.Cancelled from then on; a RateLimited, or a
-// Keyed with a per-key rate, spends a token on it. Cancel never waits and
-// allocates nothing.
+// Keyed with a per-key rate, spends a token on it. Cancel does not wait
+// for the task, and allocates nothing.
 func (t *Task) Cancel() bool {
 	if t == nil || t.done == nil || t.finished.Load() {
 		return false
@@ -382,14 +383,14 @@ func (p *Pool) dropListed(final bool, drained int) (n int) {
 	return n
 }
 
-// settleDrops returns the number of tasks a Shutdown dropped, which
-// drained the engine's queue of drained places: those, plus the tasks
-// that workers found dropped as they began them (which the engine counts
-// among the completed, not the dropped), less the places of cancelled
-// tasks in the drain (they count as cancelled). Called once no worker is
-// left, when every place of a cancelled task has been passed over by a
-// worker or drained; with concurrent Shutdowns, the ones that settle
-// first take what they can of the count.
+// settleDrops returns the number of tasks that a Shutdown dropped, given
+// the number of places its drain removed from the engine's queue: those,
+// plus the tasks that workers found dropped as they began them (which the
+// engine counts among the completed, not the dropped), less the drained
+// places of cancelled tasks (which count as cancelled). It is called once
+// no worker is left, when every place of a cancelled task has been passed
+// over by a worker or drained; of concurrent Shutdowns, the ones that
+// settle first take what they can of that count, and the last the rest.
 func (p *Pool) settleDrops(drained int) int {
 	c := &p.c
 	p.mu.Lock()
