@@ -122,6 +122,35 @@ func ExamplePool_SubmitContext() {
 	// Output: true
 }
 
+// Cancel keeps a queued task from ever running, and cancels the context
+// of one that is running.
+func ExampleTask_Cancel() {
+	p := crew.New(1)
+	defer p.Stop()
+	started := make(chan struct{})
+	running := p.Submit(func(ctx context.Context) error {
+		close(started)
+		<-ctx.Done() // a long task that honours cancellation
+		return ctx.Err()
+	})
+	<-started
+	queued := p.Submit(func(ctx context.Context) error {
+		fmt.Println("never printed")
+		return nil
+	})
+
+	fmt.Println(queued.Cancel(), queued.Wait())   // kept from starting
+	fmt.Println(running.Cancel(), running.Wait()) // its context cancelled: it returns
+	fmt.Println(running.Cancel())                 // finished: nothing to cancel
+	p.Wait()
+	fmt.Println(p.Stats().Cancelled)
+	// Output:
+	// true context canceled
+	// false context canceled
+	// false
+	// 1
+}
+
 func ExamplePool_Shutdown() {
 	p := crew.New(1)
 	started := make(chan struct{})

@@ -12,7 +12,7 @@ type Future[T any] struct {
 
 // Submit queues task to run on p, as [Pool.Submit] does, and returns a
 // [Future] for its result at once, without waiting for it to run. task
-// receives the pool's context (see [Pool.Context]).
+// receives a context of its own, as with Pool.Submit.
 //
 // Submit follows Pool.Submit's rules: it waits for room in a full bounded
 // queue (fails with [ErrQueueFull] on a pool built [WithNonBlocking]), and
@@ -42,7 +42,8 @@ func (fu *Future[T]) run(ctx context.Context) error {
 // Wait blocks until the function has returned, or until it is known that
 // it never will run, and returns its result: what it returned, or the zero
 // value and the error that kept it from returning (a [*PanicError],
-// [ErrGoexit], [ErrDropped], or a submission error). Wait may be called any
+// [ErrGoexit], [ErrDropped], [context.Canceled] after [Future.Cancel], or
+// a submission error). Wait may be called any
 // number of times, from any goroutine.
 //
 // Called from inside a task of the same pool, Wait lends that task's slot
@@ -64,6 +65,18 @@ func (fu *Future[T]) Done() <-chan struct{} {
 		return closedChan
 	}
 	return fu.t.Done()
+}
+
+// Cancel keeps the function from starting if no worker has begun it, and
+// reports whether it did: Wait then returns the zero value and
+// [context.Canceled]. Cancel of a function that is running cancels the
+// context it received and returns false. See [Task.Cancel], whose
+// contract it follows.
+func (fu *Future[T]) Cancel() bool {
+	if fu == nil {
+		return false
+	}
+	return fu.t.Cancel()
 }
 
 // errZeroFuture is returned by the Wait of a Future not made by Submit, nil

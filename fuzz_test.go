@@ -17,7 +17,7 @@ import (
 
 // FuzzPool is a model-based test of Pool. The input is a program: a pool
 // configuration and a list of operations (Go, Submit, TryGo, GoContext,
-// Resize, Wait, Stats, Stop, Shutdown, Task.Wait, and groups on the pool: a
+// Resize, Wait, Stats, Stop, Shutdown, Task.Wait, Task.Cancel, and groups on the pool: a
 // Group, WithLimit(1) or WithAllErrors or not, a ResultGroup and a MapErr,
 // each given up to eight tasks and waited for) split over up to four
 // goroutines that run them at the same time. Tasks are tiny, yield, sleep,
@@ -27,8 +27,10 @@ import (
 //
 // The model checks, while the program runs and after the pool has stopped:
 //
-//   - every accepted task runs exactly once or is counted as dropped, and a
-//     refused task never runs;
+//   - every accepted task runs exactly once or is counted as dropped or
+//     cancelled, and a refused task never runs; a Submit task's Wait
+//     returns context.Canceled exactly when a Cancel call said it kept the
+//     task from starting, and that task never runs;
 //   - the number of tasks running never exceeds the highest worker limit set
 //     so far (exactly the limit when the program never resizes);
 //   - each call returns an error it is documented to return, and only in the
@@ -38,8 +40,9 @@ import (
 //   - Wait returns, and when it does every task the caller had submitted
 //     before it has finished (unless a Shutdown may have dropped it);
 //   - Stop and Shutdown return with no worker left;
-//   - the counters add up: Submitted = accepted = Completed + Dropped,
-//     Completed = tasks that ran, Panicked and Failed match the tasks, the
+//   - the counters add up: Submitted = accepted = Completed + Dropped +
+//     Cancelled, Completed = tasks that ran, Cancelled = tasks cancelled,
+//     Panicked and Failed match the tasks, the
 //     ShutdownErrors' Dropped add up to Stats', nothing is Running, Queued
 //     or Idle after Stop;
 //   - every group task accepted by Go runs exactly once or is skipped,
@@ -64,13 +67,17 @@ import (
 // Set CREW_FUZZ_STRICT=1 to also require Stats().Running <= the limit.
 func FuzzPool(f *testing.F) {
 	f.Add([]byte("\x03\x00\x00\x00\x00\x27\x10\x27\x07\x00\x09\x80"))
+	// Cancels of queued and running Submit tasks racing a Shutdown whose
+	// deadline has passed, and racing the final Stop.
+	f.Add([]byte("\x00\x00\x00\x05\x02\x3a\x02\x3e\x0a\x80\x1c\x01\x0a\x85\x19\x82\x0a\x8b\x0a\x8f"))
+	f.Add([]byte("\x01\x00\x00\x01\x02\x3e\x0a\x81\x12\x3a\x1a\x83\x0a\x84\x1a\x86"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		leak.Check(t)
 		prog := decodeFuzzProgram(data)
 		m := runFuzzProgram(t, prog)
 		if testing.Verbose() {
-			t.Logf("%s: ops=%d accepted=%d ran=%d dropped=%d groups=%d group tasks accepted=%d ran=%d",
-				prog, m.ops.Load(), m.acceptedN, m.ranN, m.droppedN, len(m.groups), m.groupAcceptedN, m.groupRanN)
+			t.Logf("%s: ops=%d accepted=%d ran=%d dropped=%d cancelled=%d groups=%d group tasks accepted=%d ran=%d",
+				prog, m.ops.Load(), m.acceptedN, m.ranN, m.droppedN, m.cancelledN, len(m.groups), m.groupAcceptedN, m.groupRanN)
 		}
 		if path := os.Getenv("CREW_FUZZ_COUNT_FILE"); path != "" {
 			appendFuzzCount(path, m.ops.Load(), m.acceptedN)
@@ -105,7 +112,7 @@ const (
 	foStats
 	foStopOrStats     // Stop if the argument's top bit is set, else Stats
 	foShutdownOrWait  // Shutdown if the argument's top bit is set, else Wait
-	foTaskWait        // Wait on the actor's last Submit task
+	foTaskWait        // Wait on the actor's last Submit task, or (argument's top bit) Cancel one of its Submit tasks
 	foNested          // Go of tasks that submit a child
 	foYield           // let the other actors run, or (argument's top bit) pause the pool for a while
 	foGroup           // a Group of tasks on the pool, then its Wait (fuzz_group_test.go)
@@ -175,15 +182,16 @@ func decodeFuzzProgram(data []byte) fuzzProgram {
 }
 
 type fuzzTask struct {
-	kind     int
-	submit   bool       // made by Submit: task is its handle
-	task     *crew.Task // Submit only
-	accepted bool       // non-Submit only: the call accepted it
-	refused  bool       // non-Submit only
-	group    *fuzzGroup // a group task, run by a group's step or Wait
-	value    int        // what a ResultGroup or MapErr task returns
-	runs     atomic.Int32
-	finished atomic.Bool
+	kind      int
+	submit    bool       // made by Submit: task is its handle
+	task      *crew.Task // Submit only
+	accepted  bool       // non-Submit only: the call accepted it
+	refused   bool       // non-Submit only
+	group     *fuzzGroup // a group task, run by a group's step or Wait
+	value     int        // what a ResultGroup or MapErr task returns
+	runs      atomic.Int32
+	finished  atomic.Bool
+	cancelled atomic.Bool // Submit only: a Cancel call reported that it kept the task from starting
 }
 
 type fuzzModel struct {
@@ -214,8 +222,8 @@ type fuzzModel struct {
 	logMu sync.Mutex
 	ended bool // guarded by logMu: the test has ended
 
-	acceptedN, ranN, droppedN int // filled by check
-	groupAcceptedN, groupRanN int
+	acceptedN, ranN, droppedN, cancelledN int // filled by check
+	groupAcceptedN, groupRanN             int
 }
 
 // errorf reports a failure. Goroutines of a program that hung may still
@@ -506,6 +514,10 @@ func (m *fuzzModel) actor(ops []fuzzOp) {
 			}
 			m.checkLiveStats()
 		case foTaskWait:
+			if op.arg&0x80 != 0 {
+				m.cancelOp(mine, op.arg)
+				continue
+			}
 			if lastSubmit != nil {
 				if !m.mustReturn(10*time.Second, "Task.Wait", func() { lastSubmit.task.Wait() }) {
 					return
@@ -533,6 +545,40 @@ func (m *fuzzModel) actor(ops []fuzzOp) {
 			default:
 				time.Sleep(100 * time.Microsecond)
 			}
+		}
+	}
+}
+
+// cancelOp cancels one of the actor's Submit tasks, chosen by arg, and
+// records whether the call kept it from starting.
+func (m *fuzzModel) cancelOp(mine []*fuzzTask, arg byte) {
+	var submitted []*fuzzTask
+	for _, ft := range mine {
+		if ft.submit {
+			submitted = append(submitted, ft)
+		}
+	}
+	if len(submitted) == 0 {
+		return
+	}
+	ft := submitted[int(arg&0x7f)%len(submitted)]
+	wasDone := false
+	select {
+	case <-ft.task.Done():
+		wasDone = true
+	default:
+	}
+	if ft.task.Cancel() {
+		if wasDone {
+			m.errorf("Cancel of a task that was done = true")
+		}
+		if ft.cancelled.Swap(true) {
+			m.errorf("Cancel = true twice for one task")
+		}
+		select {
+		case <-ft.task.Done():
+		default:
+			m.errorf("Cancel = true, and the task is not done")
 		}
 	}
 }
@@ -594,8 +640,8 @@ func (m *fuzzModel) finalStop() {
 func (m *fuzzModel) checkLiveStats() {
 	s := m.p.Stats()
 	lim := m.limitHigh.Load()
-	if s.Submitted < s.Completed+s.Dropped {
-		m.errorf("Stats: Submitted %d < Completed %d + Dropped %d", s.Submitted, s.Completed, s.Dropped)
+	if s.Submitted < s.Completed+s.Dropped+s.Cancelled {
+		m.errorf("Stats: Submitted %d < Completed %d + Dropped %d + Cancelled %d", s.Submitted, s.Completed, s.Dropped, s.Cancelled)
 	}
 	if s.MaxWorkers < 1 || int64(s.MaxWorkers) > lim {
 		m.errorf("Stats: MaxWorkers %d, limits were 1..%d", s.MaxWorkers, lim)
@@ -614,7 +660,7 @@ func (m *fuzzModel) checkLiveStats() {
 // check runs after the pool has stopped and every actor has returned.
 func (m *fuzzModel) check() {
 	t, p := m.t, m.p
-	var accepted, ran, droppedSubmit, panicked, goPanics, failed int
+	var accepted, ran, droppedSubmit, cancelled, panicked, goPanics, failed int
 	for _, ft := range m.tasks {
 		runs := int(ft.runs.Load())
 		isAccepted := ft.accepted
@@ -627,7 +673,16 @@ func (m *fuzzModel) check() {
 				t.Errorf("a %s Submit task is not done after the pool stopped (runs=%d)", fuzzKindNames[ft.kind], runs)
 				continue
 			}
+			if (err == context.Canceled) != ft.cancelled.Load() {
+				t.Errorf("a %s Submit task completed with %v; Cancel kept it from starting: %v", fuzzKindNames[ft.kind], err, ft.cancelled.Load())
+			}
 			switch {
+			case err == context.Canceled:
+				isAccepted = true
+				cancelled++
+				if runs != 0 {
+					t.Errorf("a %s Submit task both ran and was cancelled", fuzzKindNames[ft.kind])
+				}
 			case err == crew.ErrStopped, err == crew.ErrQueueFull:
 				if runs != 0 {
 					t.Errorf("a Submit task refused with %v ran", err)
@@ -693,13 +748,16 @@ func (m *fuzzModel) check() {
 	}
 	groupPanics, unseenPanics := m.checkGroups()
 	s := p.Stats()
-	m.acceptedN, m.ranN, m.droppedN = accepted, ran, int(s.Dropped)
+	m.acceptedN, m.ranN, m.droppedN, m.cancelledN = accepted, ran, int(s.Dropped), cancelled
 	// A group runs its tasks in steps, pool tasks that the model does not
 	// count: with groups, Submitted, Completed and Dropped also count the
 	// steps, and only bound what the model counts.
 	grouped := m.grouped.Load()
-	if lost := accepted - ran - int(s.Dropped); lost > 0 || lost < 0 && !grouped {
-		t.Errorf("accepted %d tasks, %d ran and %d were dropped: %d lost (or run twice)", accepted, ran, s.Dropped, lost)
+	if lost := accepted - ran - int(s.Dropped) - cancelled; lost > 0 || lost < 0 && !grouped {
+		t.Errorf("accepted %d tasks, %d ran, %d were dropped and %d cancelled: %d lost (or run twice)", accepted, ran, s.Dropped, cancelled, lost)
+	}
+	if s.Cancelled != uint64(cancelled) {
+		t.Errorf("%d Submit tasks were cancelled, Stats.Cancelled = %d", cancelled, s.Cancelled)
 	}
 	if droppedSubmit > int(s.Dropped) {
 		t.Errorf("%d Submit tasks report ErrDropped, Stats.Dropped = %d", droppedSubmit, s.Dropped)
@@ -721,8 +779,8 @@ func (m *fuzzModel) check() {
 		t.Errorf("Stats.Submitted = %d, %d tasks were accepted (groups: %v)", s.Submitted, accepted, grouped)
 	case s.Completed < uint64(ran), s.Completed != uint64(ran) && !grouped:
 		t.Errorf("Stats.Completed = %d, %d tasks ran (groups: %v)", s.Completed, ran, grouped)
-	case s.Submitted != s.Completed+s.Dropped:
-		t.Errorf("Stats: Submitted %d != Completed %d + Dropped %d", s.Submitted, s.Completed, s.Dropped)
+	case s.Submitted != s.Completed+s.Dropped+s.Cancelled:
+		t.Errorf("Stats: Submitted %d != Completed %d + Dropped %d + Cancelled %d", s.Submitted, s.Completed, s.Dropped, s.Cancelled)
 	case s.Panicked != uint64(panicked+groupPanics):
 		t.Errorf("Stats.Panicked = %d, %d tasks and %d group tasks panicked", s.Panicked, panicked, groupPanics)
 	case s.Failed != uint64(failed):

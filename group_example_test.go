@@ -302,6 +302,25 @@ func ExampleFuture_Done() {
 	// Output: no such user
 }
 
+// A Future cancelled before its function starts reports the zero value
+// and context.Canceled.
+func ExampleFuture_Cancel() {
+	p := crew.New(1)
+	defer p.Stop()
+	p.Pause() // nothing starts: the Future waits in the queue
+
+	f := crew.Submit(p, func(ctx context.Context) (int, error) {
+		return 6 * 7, nil
+	})
+	fmt.Println(f.Cancel())
+	v, err := f.Wait()
+	fmt.Println(v, errors.Is(err, context.Canceled))
+	p.Resume()
+	// Output:
+	// true
+	// 0 true
+}
+
 func ExampleMap() {
 	p := crew.New(4)
 	defer p.Stop()

@@ -51,8 +51,9 @@ type Hooks struct {
 	// it with errors.Is) or the pool was stopping (ErrStopped), or dropped
 	// by Shutdown (ErrDropped; Wait is then zero). A dropped task is
 	// reported on Shutdown's goroutine, or on the worker that was taking
-	// it as Shutdown dropped it. A nil task, a zero pool or a Context
-	// form whose context ended are not drops.
+	// it as Shutdown dropped it. A nil task, a zero pool, a Context form
+	// whose context ended and a Task that Task.Cancel kept from starting
+	// are not drops.
 	Drop func(TaskEvent)
 	// WorkerStart is called on a new worker goroutine before it takes its
 	// first task.

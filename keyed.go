@@ -269,9 +269,11 @@ func (k *Keyed[K]) GoContext(ctx context.Context, key K, task func()) error {
 }
 
 // Submit queues task under key like [Keyed.Go] and returns a [Task] to wait
-// for its result; the task receives the pool's context. A Task that cannot
-// be queued is already done with the error (see [Pool.Submit]); one
-// dropped because the pool stopped first completes with [ErrDropped].
+// for its result; the task receives a context of its own (see
+// [Pool.Submit]). A Task that cannot be queued is already done with the
+// error; one dropped because the pool stopped first completes with
+// [ErrDropped]. [Task.Cancel] keeps it from starting; it still waits for
+// its turn in the key's order, where it is passed over.
 func (k *Keyed[K]) Submit(key K, task func(ctx context.Context) error) *Task {
 	return submitTask(k.layer(), k.push, nil, key, task, pushGo)
 }

@@ -199,11 +199,12 @@ func TestKeyedPanicAndGoexitPassTheKeyOn(t *testing.T) {
 
 func TestKeyedSubmitAndErrors(t *testing.T) {
 	leak.Check(t)
-	p := crew.New(2)
+	type key struct{}
+	p := crew.New(2, crew.WithContext(context.WithValue(context.Background(), key{}, "v")))
 	k := crew.NewKeyed[int](p)
 	errDisk := errors.New("disk full")
 	task := k.Submit(1, func(ctx context.Context) error {
-		if ctx != p.Context() {
+		if ctx.Value(key{}) != "v" || ctx.Err() != nil {
 			return errors.New("wrong context")
 		}
 		return errDisk

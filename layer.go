@@ -185,7 +185,9 @@ type layerEntry struct {
 // panic about to crash the program, unwinds into the caller.
 func (l *layer) runEntry(e layerEntry) {
 	if e.t != nil {
-		e.t.run()
+		if !e.t.exec() {
+			l.cancelled.Add(1) // passed over: Task.Cancel finished it
+		}
 		return
 	}
 	p := l.p
@@ -216,18 +218,23 @@ func (e layerEntry) refuse(err error) {
 }
 
 // dropEntries counts out entries that were accepted and will not run: a
-// Task finishes with ErrDropped, and a step tells its layer.
+// Task finishes with ErrDropped (unless Task.Cancel finished it: then it
+// counts as cancelled), and a step tells its layer.
 func (l *layer) dropEntries(es ...layerEntry) {
+	var cancelled uint64
 	for _, e := range es {
 		switch {
-		case e.t != nil:
+		case e.t != nil && e.t.state.CompareAndSwap(accepted, dropped):
 			e.t.finish(ErrDropped)
+		case e.t != nil:
+			cancelled++
 		case e.owner != nil:
 			e.owner.stepDropped()
 		}
 	}
 	if n := int64(len(es)); n > 0 {
-		l.dropped.Add(uint64(n))
+		l.cancelled.Add(cancelled)
+		l.dropped.Add(uint64(n) - cancelled)
 		l.done(n)
 	}
 }
@@ -261,6 +268,7 @@ type layer struct {
 
 	unfinished atomic.Int64
 	dropped    atomic.Uint64
+	cancelled  atomic.Uint64 // tasks passed over, or dropped, after Task.Cancel
 	idle       notify.Cond
 
 	isLinked atomic.Bool // read by accept without linkMu
@@ -315,7 +323,8 @@ func submitGo[A any](l *layer, push func(context.Context, A, layerEntry, pushMod
 // submitTask is a Submit form: the Task it returns is done with the error
 // if the task was not queued.
 func submitTask[A any](l *layer, push func(context.Context, A, layerEntry, pushMode) error, ctx context.Context, a A, task func(context.Context) error, mode pushMode) *Task {
-	t := &Task{fn: task, done: make(chan struct{})}
+	t := &Task{fn: task, done: make(chan struct{}), layered: true}
+	t.state.Store(accepted) // once queued, until a step begins it (see Task.Cancel)
 	if !l.zero() {
 		t.p = l.p
 	}
@@ -427,7 +436,7 @@ func (l *layer) stats(more func(*LayerStats)) LayerStats {
 	if l.zero() {
 		return LayerStats{}
 	}
-	s := LayerStats{Unfinished: int(max(0, l.unfinished.Load())), Dropped: l.dropped.Load()}
+	s := LayerStats{Unfinished: int(max(0, l.unfinished.Load())), Dropped: l.dropped.Load(), Cancelled: l.cancelled.Load()}
 	more(&s)
 	return s
 }
@@ -451,6 +460,10 @@ type LayerStats struct {
 	Waiting    int    // of those, tasks not yet handed to a worker
 	Keys       int    // Keyed only: keys that hold memory (busy, paused, or refilling a per-key bucket)
 	Dropped    uint64 // tasks accepted and dropped because the pool stopped before they could start
+	// Cancelled counts the tasks that Task.Cancel kept from starting, once
+	// the layer has reached them in its order and passed over them (or
+	// let them go as the pool stopped); until then they are Unfinished.
+	Cancelled uint64
 }
 
 // maxKeptQueue is the largest chunk that a layer's drained queue keeps: a

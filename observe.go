@@ -81,7 +81,6 @@ type observer struct {
 	crash     bool
 	panicked  *atomic.Uint64
 	recovered func(*PanicError) // a panic no Task receives
-	late      func()            // a Submit task found dropped as it began
 	stats     func() Stats
 }
 
@@ -104,7 +103,7 @@ func (c *poolCore[E]) observe(cfg *config, ec *engine.Config[E], st stamp[E]) {
 	var o *observer
 	if timed || cfg.logger != nil || h.Drop != nil {
 		o = &observer{name: cfg.name, hooks: *h, timed: timed, crash: c.crash,
-			panicked: &c.panicked, recovered: c.recovered, late: c.droppedLate, stats: c.stats}
+			panicked: &c.panicked, recovered: c.recovered, stats: c.stats}
 		if cfg.latency {
 			o.lat = new(Latency)
 		}
@@ -176,10 +175,10 @@ func (o *observer) refused(err error) {
 // function pool's), or t is the Submit task whose run method call(v) is,
 // whose error it leaves in t.err. A Submit task that Shutdown dropped as
 // the worker took it is a drop, not a run: it reaches the Drop hook, and
-// no other.
+// no other; one cancelled before it started reaches none.
 func runObserved[V any](o *observer, call func(V) error, v V, t *Task, enq int64) {
 	if t != nil && !t.start() {
-		o.late()
+		t.passedOver()
 		return
 	}
 	start := clock.Now()

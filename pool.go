@@ -43,8 +43,9 @@ import (
 type Pool struct {
 	c poolCore[func()]
 
-	mu     sync.Mutex
-	queued taskList // Submit tasks accepted and not started (see dropListed)
+	mu             sync.Mutex
+	queued         taskList // Submit tasks accepted and not started (see dropListed)
+	cancelsDrained uint64   // places of cancelled tasks that Shutdowns drained (see settleDrops)
 }
 
 // New returns a pool that runs at most maxWorkers tasks at a time.
@@ -118,9 +119,16 @@ func (p *Pool) GoContext(ctx context.Context, task func()) error {
 }
 
 // Submit queues task like [Pool.Go] and returns a [Task] to wait for its
-// result. task receives the pool's context (see [Pool.Context]), which
-// [Pool.Shutdown] cancels when its deadline passes. For a typed result,
-// see the function [Submit].
+// result, or to cancel it with [Task.Cancel]. For a typed result, see the
+// function [Submit].
+//
+// task receives a context of its own, derived from the pool's (see
+// [Pool.Context], which [Pool.Shutdown] cancels when its deadline
+// passes): it carries the pool's values and deadline and is cancelled
+// when the pool's is, when Task.Cancel is called while task runs, and
+// once task has returned. It costs nothing until task calls its Done
+// method (so does deriving a context from it); then it costs a
+// [context.WithCancel] of the pool's context and one small allocation.
 //
 // Submit never fails silently: when task cannot be queued ([ErrStopped],
 // [ErrQueueFull] on a pool built [WithNonBlocking], [ErrNilTask], or an
@@ -145,7 +153,7 @@ func (p *Pool) TrySubmit(task func(ctx context.Context) error) (*Task, bool) {
 // SubmitContext is [Pool.Submit] with [Pool.GoContext]'s wait: while a
 // bounded queue is full it waits for room until ctx ends, and then returns
 // a [Task] already done with ctx's error. ctx bounds only the wait for
-// room; the task receives the pool's context, as with Submit.
+// room; the task receives a context of its own, as with Submit.
 func (p *Pool) SubmitContext(ctx context.Context, task func(ctx context.Context) error) *Task {
 	if ctx == nil {
 		t := &Task{p: p, done: make(chan struct{})}

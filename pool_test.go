@@ -63,12 +63,13 @@ func TestWorkerLimitIsNeverExceeded(t *testing.T) {
 
 func TestSubmitReturnsTheTaskError(t *testing.T) {
 	leak.Check(t)
-	p := crew.New(2)
+	type key struct{}
+	p := crew.New(2, crew.WithContext(context.WithValue(context.Background(), key{}, "v")))
 	defer p.Stop()
 	boom := errors.New("boom")
 	task := p.Submit(func(ctx context.Context) error {
-		if ctx != p.Context() {
-			return errors.New("task did not get the pool's context")
+		if ctx.Value(key{}) != "v" || ctx.Err() != nil {
+			return errors.New("task did not get a live context derived from the pool's")
 		}
 		return boom
 	})

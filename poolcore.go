@@ -35,7 +35,10 @@ type poolCore[E any] struct {
 	// Submit tasks that a worker found dropped as it began them (see
 	// Pool.dropListed): in all for Stats, and not yet in a ShutdownError.
 	lateDrops, lateUnreported atomic.Uint64
-	completedHigh             atomic.Uint64 // the highest Completed Stats has reported
+	// Submit tasks that Cancel kept from starting, and how many of their
+	// places in the queue workers have passed over (see stats).
+	cancels, cancelSkips atomic.Uint64
+	completedHigh        atomic.Uint64 // the highest Completed Stats has reported
 
 	name string
 	obs  *observer // nil unless WithHooks, WithLatency or WithLogger
@@ -56,7 +59,8 @@ type poolCore[E any] struct {
 // listedTasks are tasks a pool tracks outside its engine; see
 // Pool.dropListed.
 type listedTasks interface {
-	dropListed(final bool) (late int)
+	markEnd()
+	dropListed(final bool, drained int) (dropped int)
 }
 
 // errZeroPool is returned by the methods of a pool not made by its
@@ -268,8 +272,10 @@ func (c *poolCore[E]) shutdown(ctx context.Context) error {
 		// meanwhile must drop the next one, not run it; and cancel only
 		// after the drain: a worker freed by the cancellation must not
 		// start a task about to be dropped.
-		c.end.mark()
-		if c.listed == nil {
+		if c.listed != nil {
+			c.listed.markEnd() // dropListed releases it
+		} else {
+			c.end.mark()
 			c.end.release()
 		}
 		dropped = c.dropQueued()
@@ -293,12 +299,12 @@ func (c *poolCore[E]) shutdown(ctx context.Context) error {
 func (c *poolCore[E]) dropQueued() (dropped int) {
 	defer func() {
 		if c.listed != nil {
-			c.listed.dropListed(false) // before the wait: running tasks may wait for them
+			c.listed.dropListed(false, 0) // before the wait: running tasks may wait for them
 		}
 		c.finish() // the running tasks may wait for what the layers hold, too
 		c.e.Wait(nil)
 		if c.listed != nil {
-			dropped += c.listed.dropListed(true) // no worker is left to start them
+			dropped = c.listed.dropListed(true, dropped) // no worker is left to start them
 		}
 	}()
 	defer c.e.Resume() // a paused engine's workers take what the drain leaves (a cell still being filled)
@@ -357,28 +363,40 @@ func (c *poolCore[E]) stats() Stats {
 		return Stats{}
 	}
 	// Submit tasks that Shutdown dropped as a worker began them ran as
-	// far as the engine knows. A worker counts one as late before the
-	// engine counts it as completed, so Completed less the late ones can
-	// dip for a moment: it never reports less than it has. The highest
-	// value reported is read first: one that a concurrent call published
-	// after our reading of the engine could exceed our Submitted.
+	// far as the engine knows, and so did the places of cancelled tasks
+	// that workers passed over. A worker counts one of those before the
+	// engine counts it as completed, so Completed less them can dip for a
+	// moment: it never reports less than it has. The highest value
+	// reported is read first: one that a concurrent call published after
+	// our reading of the engine could exceed our Submitted.
+	//
+	// The places of cancelled tasks not passed over are queued, or were
+	// drained by Shutdown, which the engine counts as dropped: Dropped
+	// leaves them out. No task is cancelled once Shutdown has marked the
+	// end, before its drain (see Pool.cancelQueued), and the skips are
+	// read before the cancels (a worker counts a skip after the Cancel
+	// counted the task), so Dropped never reports more than it will have.
 	high := c.completedHigh.Load()
 	es := c.e.Stats()
+	late := c.lateDrops.Load()
+	skips := c.cancelSkips.Load()
+	cancels := c.cancels.Load()
+	pending := cancels - skips
 	s := Stats{
 		MaxWorkers: es.MaxWorkers,
 		Workers:    es.Workers,
 		Idle:       es.Idle,
 		Running:    int(min(max(0, es.Unfinished-es.Queued), int64(es.Workers))), // a task runs on a live worker
-		Queued:     int(es.Queued),
+		Queued:     int(es.Queued - min(int64(pending), es.Queued)),
 		Submitted:  es.Completed + es.Dropped + uint64(es.Unfinished),
 		Completed:  es.Completed,
 		Failed:     c.failed.Load(),
 		Panicked:   es.Panicked + c.panicked.Load(),
-		Dropped:    es.Dropped,
+		Dropped:    es.Dropped + late,
+		Cancelled:  cancels,
 	}
-	late := c.lateDrops.Load()
-	s.Dropped += late
-	s.Completed = max(s.Completed-min(late, s.Completed), high)
+	s.Dropped -= min(pending, s.Dropped)
+	s.Completed = max(s.Completed-min(late+skips, s.Completed), high)
 	for s.Completed > high && !c.completedHigh.CompareAndSwap(high, s.Completed) {
 		high = c.completedHigh.Load()
 	}

@@ -147,9 +147,11 @@ func (q *Priority) GoContext(ctx context.Context, prio int, task func()) error {
 }
 
 // Submit queues task with priority prio like [Priority.Go] and returns a
-// [Task] to wait for its result; the task receives the pool's context. A
-// Task that cannot be queued is already done with the error; one dropped
-// because the pool stopped first completes with [ErrDropped].
+// [Task] to wait for its result; the task receives a context of its own
+// (see [Pool.Submit]). A Task that cannot be queued is already done with
+// the error; one dropped because the pool stopped first completes with
+// [ErrDropped]. [Task.Cancel] keeps it from starting; it still waits for
+// its turn, where it is passed over.
 func (q *Priority) Submit(prio int, task func(ctx context.Context) error) *Task {
 	return submitTask(q.layer(), q.push, nil, prio, task, pushGo)
 }

@@ -156,9 +156,11 @@ func (r *RateLimited) GoContext(ctx context.Context, task func()) error {
 }
 
 // Submit queues task like [RateLimited.Go] and returns a [Task] to wait for
-// its result; the task receives the pool's context. A Task that cannot be
-// queued is already done with the error (see [Pool.Submit]); one dropped
-// because the pool stopped first completes with [ErrDropped].
+// its result; the task receives a context of its own (see [Pool.Submit]).
+// A Task that cannot be queued is already done with the error; one
+// dropped because the pool stopped first completes with [ErrDropped].
+// [Task.Cancel] keeps it from starting; it still waits for its turn and
+// its token, which it spends as it is passed over.
 func (r *RateLimited) Submit(task func(ctx context.Context) error) *Task {
 	return submitTask(r.layer(), r.push, nil, struct{}{}, task, pushGo)
 }

@@ -27,4 +27,8 @@ type Stats struct {
 	Failed   uint64
 	Panicked uint64 // tasks that panicked
 	Dropped  uint64 // queued tasks that Shutdown dropped unstarted
+	// Cancelled counts the Submit tasks that Task.Cancel kept from
+	// starting. Like Dropped, they are not among Completed: once the pool
+	// is quiet, Submitted = Completed + Dropped + Cancelled.
+	Cancelled uint64
 }
