@@ -282,6 +282,7 @@ func (o *observer) stopped(began int64, dropped int) {
 		slog.Uint64("failed", s.Failed),
 		slog.Uint64("panicked", s.Panicked),
 		slog.Uint64("dropped", s.Dropped),
+		slog.Uint64("cancelled", s.Cancelled),
 	}
 	if o.lat != nil {
 		attrs = append(attrs, slog.Any("latency", o.lat.Snapshot()))

@@ -132,5 +132,5 @@ func ExampleWithLogger() {
 	}
 	wg.Wait()
 	p.Stop()
-	// Output: level=INFO msg="crew: pool stopped" pool=mailer submitted=3 completed=3 failed=0 panicked=0 dropped=0
+	// Output: level=INFO msg="crew: pool stopped" pool=mailer submitted=3 completed=3 failed=0 panicked=0 dropped=0 cancelled=0
 }

@@ -42,6 +42,7 @@ type Snapshot struct {
 	Failed     uint64     `json:"failed"`
 	Panicked   uint64     `json:"panicked"`
 	Dropped    uint64     `json:"dropped"`
+	Cancelled  uint64     `json:"cancelled"`
 	Wait       *Quantiles `json:"wait,omitempty"`
 	Run        *Quantiles `json:"run,omitempty"`
 }
@@ -92,6 +93,7 @@ func Read(p *crew.Pool) Snapshot {
 		Failed:     st.Failed,
 		Panicked:   st.Panicked,
 		Dropped:    st.Dropped,
+		Cancelled:  st.Cancelled,
 	}
 	if l, ok := p.Latency(); ok {
 		s.Wait, s.Run = quantiles(l.Wait), quantiles(l.Run)

@@ -16,7 +16,7 @@ func ExamplePublish() {
 	p.Go(func() {})
 	p.Stop()
 	fmt.Println(expvar.Get("crew.resizer").String())
-	// Output: {"name":"resizer","max_workers":8,"workers":0,"idle":0,"running":0,"queued":0,"submitted":1,"completed":1,"failed":0,"panicked":0,"dropped":0}
+	// Output: {"name":"resizer","max_workers":8,"workers":0,"idle":0,"running":0,"queued":0,"submitted":1,"completed":1,"failed":0,"panicked":0,"dropped":0,"cancelled":0}
 }
 
 // Func returns the variable without publishing it: here, the pools of a
@@ -35,7 +35,7 @@ func ExampleFunc() {
 	mailer.Stop()
 	resizer.Stop()
 	fmt.Println(pools.String())
-	// Output: {"mailer": {"name":"mailer","max_workers":4,"workers":0,"idle":0,"running":0,"queued":0,"submitted":3,"completed":3,"failed":0,"panicked":0,"dropped":0}, "resizer": {"name":"resizer","max_workers":2,"workers":0,"idle":0,"running":0,"queued":0,"submitted":0,"completed":0,"failed":0,"panicked":0,"dropped":0}}
+	// Output: {"mailer": {"name":"mailer","max_workers":4,"workers":0,"idle":0,"running":0,"queued":0,"submitted":3,"completed":3,"failed":0,"panicked":0,"dropped":0,"cancelled":0}, "resizer": {"name":"resizer","max_workers":2,"workers":0,"idle":0,"running":0,"queued":0,"submitted":0,"completed":0,"failed":0,"panicked":0,"dropped":0,"cancelled":0}}
 }
 
 // Read returns a pool's statistics as a Snapshot, to log or to export in a

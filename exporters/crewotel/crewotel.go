@@ -93,6 +93,7 @@ var poolStats = []stat{
 	{"crew.pool.tasks.failed", "{task}", "Submit tasks that returned an error, panicked or called runtime.Goexit.", true, func(s crew.Stats) int64 { return int64(s.Failed) }},
 	{"crew.pool.tasks.panicked", "{task}", "Tasks that panicked.", true, func(s crew.Stats) int64 { return int64(s.Panicked) }},
 	{"crew.pool.tasks.dropped", "{task}", "Queued tasks that Shutdown removed without running them.", true, func(s crew.Stats) int64 { return int64(s.Dropped) }},
+	{"crew.pool.tasks.cancelled", "{task}", "Submitted tasks cancelled before they started.", true, func(s crew.Stats) int64 { return int64(s.Cancelled) }},
 }
 
 // instrument creates the instrument of st on meter.

@@ -96,6 +96,7 @@ func TestRegisterCollected(t *testing.T) {
 		"crew.pool.tasks.failed timed":    1,
 		"crew.pool.tasks.panicked timed":  1,
 		"crew.pool.tasks.dropped timed":   0,
+		"crew.pool.tasks.cancelled timed": 0,
 		"crew.pool.tasks.completed plain": 1,
 	} {
 		if got, ok := points[k]; !ok || got != want {

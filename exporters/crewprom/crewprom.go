@@ -116,6 +116,7 @@ var poolStats = []stat{
 	{"tasks_failed_total", "Submit tasks that returned an error, panicked or called runtime.Goexit.", prometheus.CounterValue, func(s crew.Stats) float64 { return float64(s.Failed) }},
 	{"tasks_panicked_total", "Tasks that panicked.", prometheus.CounterValue, func(s crew.Stats) float64 { return float64(s.Panicked) }},
 	{"tasks_dropped_total", "Queued tasks that Shutdown removed without running them.", prometheus.CounterValue, func(s crew.Stats) float64 { return float64(s.Dropped) }},
+	{"tasks_cancelled_total", "Submitted tasks cancelled before they started.", prometheus.CounterValue, func(s crew.Stats) float64 { return float64(s.Cancelled) }},
 }
 
 // A statMetric is a stat with its descriptor in a Collector.

@@ -71,6 +71,7 @@ func TestCollectorGathered(t *testing.T) {
 		{"crew_pool_tasks_failed_total", "timed", 1},
 		{"crew_pool_tasks_panicked_total", "timed", 1},
 		{"crew_pool_tasks_dropped_total", "timed", 0},
+		{"crew_pool_tasks_cancelled_total", "timed", 0},
 		{"crew_pool_tasks_completed_total", "plain", 1},
 	} {
 		m := metric(t, fams, c.name, c.pool)

@@ -37,6 +37,7 @@ func ExampleNewCollector() {
 	// Output:
 	// crew_pool_task_run_seconds count 5
 	// crew_pool_task_wait_seconds count 5
+	// crew_pool_tasks_cancelled_total 0
 	// crew_pool_tasks_completed_total 5
 	// crew_pool_tasks_dropped_total 0
 	// crew_pool_tasks_failed_total 0
