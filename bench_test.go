@@ -28,24 +28,7 @@ func BenchmarkGo(b *testing.B) {
 func benchGo(b *testing.B, producers int, opts ...crew.Option) {
 	p := crew.New(runtime.GOMAXPROCS(0)*4, opts...)
 	defer p.Stop()
-	var n atomic.Int64
-	task := func() { n.Add(1) }
-	b.ReportAllocs()
-	b.ResetTimer()
-	var wg sync.WaitGroup
-	for i := range producers {
-		k := b.N / producers
-		if i < b.N%producers {
-			k++
-		}
-		wg.Go(func() {
-			for range k {
-				p.Go(task)
-			}
-		})
-	}
-	wg.Wait()
-	p.Wait()
+	benchSubmit(b, producers, func(_ int, task func()) { p.Go(task) }, p.Wait)
 }
 
 // BenchmarkQueuedTaskMemory reports the heap cost of a task waiting in the
@@ -208,11 +191,7 @@ func reportWaits(b *testing.B, waits []time.Duration) {
 func BenchmarkSubpool(b *testing.B) {
 	workers := runtime.GOMAXPROCS(0) * 4
 	for _, producers := range []int{1, 8} {
-		b.Run(fmt.Sprintf("pool/producers=%d", producers), func(b *testing.B) {
-			p := crew.New(workers)
-			defer p.Stop()
-			benchSubmit(b, producers, func(_ int, task func()) { p.Go(task) }, p.Wait)
-		})
+		b.Run(fmt.Sprintf("pool/producers=%d", producers), func(b *testing.B) { benchGo(b, producers) })
 		for _, limit := range []int{workers, 2} {
 			b.Run(fmt.Sprintf("subpool/limit=%d/producers=%d", limit, producers), func(b *testing.B) {
 				p := crew.New(workers)
