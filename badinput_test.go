@@ -170,6 +170,7 @@ func TestBadInputNilLayers(t *testing.T) {
 	var k *crew.Keyed[int]
 	var q *crew.Priority
 	var r *crew.RateLimited
+	var sub *crew.Subpool
 	nop := func(context.Context) error { return nil }
 	calls := map[string]func() error{
 		"Keyed.Go":           func() error { return k.Go(1, func() {}) },
@@ -180,6 +181,9 @@ func TestBadInputNilLayers(t *testing.T) {
 		"RateLimited.Submit": func() error { return r.Submit(nop).Wait() },
 		"Keyed on it.Go":     func() error { return crew.NewKeyed[int](r).Go(1, func() {}) },
 		"Priority on it.Go":  func() error { return crew.NewPriority(r).Go(1, func() {}) },
+		"Subpool.Go":         func() error { return sub.Go(func() {}) },
+		"Subpool.Submit":     func() error { return sub.Submit(nop).Wait() },
+		"Subpool on it.Go":   func() error { return crew.NewSubpool(r, 2).Weighted(2).Go(func() {}) },
 	}
 	for name, call := range calls {
 		if err, panicked := newPanic(func() {

@@ -28,24 +28,7 @@ func BenchmarkGo(b *testing.B) {
 func benchGo(b *testing.B, producers int, opts ...crew.Option) {
 	p := crew.New(runtime.GOMAXPROCS(0)*4, opts...)
 	defer p.Stop()
-	var n atomic.Int64
-	task := func() { n.Add(1) }
-	b.ReportAllocs()
-	b.ResetTimer()
-	var wg sync.WaitGroup
-	for i := range producers {
-		k := b.N / producers
-		if i < b.N%producers {
-			k++
-		}
-		wg.Go(func() {
-			for range k {
-				p.Go(task)
-			}
-		})
-	}
-	wg.Wait()
-	p.Wait()
+	benchSubmit(b, producers, func(_ int, task func()) { p.Go(task) }, p.Wait)
 }
 
 // BenchmarkQueuedTaskMemory reports the heap cost of a task waiting in the
@@ -199,4 +182,69 @@ func reportWaits(b *testing.B, waits []time.Duration) {
 	b.ReportMetric(q(0.50), "p50-µs")
 	b.ReportMetric(q(0.99), "p99-µs")
 	b.ReportMetric(q(1), "max-µs")
+}
+
+// BenchmarkSubpool measures the cost per task, from submission to
+// completion, of tiny tasks through a Subpool (limit = the pool's workers,
+// or 2), next to plain Pool.Go on the same kind of pool, with 1 and 8
+// producers.
+func BenchmarkSubpool(b *testing.B) {
+	workers := runtime.GOMAXPROCS(0) * 4
+	for _, producers := range []int{1, 8} {
+		b.Run(fmt.Sprintf("pool/producers=%d", producers), func(b *testing.B) { benchGo(b, producers) })
+		for _, limit := range []int{workers, 2} {
+			b.Run(fmt.Sprintf("subpool/limit=%d/producers=%d", limit, producers), func(b *testing.B) {
+				p := crew.New(workers)
+				defer p.Stop()
+				s := crew.NewSubpool(p, limit)
+				benchSubmit(b, producers, func(_ int, task func()) { s.Go(task) }, s.Wait)
+			})
+		}
+	}
+}
+
+// BenchmarkWeighted is BenchmarkSubpool for weighted tasks: every fourth
+// task takes 4 slots of a limit of 8, the others 1.
+func BenchmarkWeighted(b *testing.B) {
+	workers := runtime.GOMAXPROCS(0) * 4
+	for _, producers := range []int{1, 8} {
+		b.Run(fmt.Sprintf("producers=%d", producers), func(b *testing.B) {
+			p := crew.New(workers)
+			defer p.Stop()
+			s := crew.NewSubpool(p, 8)
+			benchSubmit(b, producers, func(i int, task func()) {
+				w := 1
+				if i%4 == 0 {
+					w = 4
+				}
+				s.Weighted(w).Go(task)
+			}, s.Wait)
+		})
+	}
+}
+
+// benchSubmit submits b.N tiny tasks from the given number of producers
+// with submit (which gets the task's index), then waits with wait.
+func benchSubmit(b *testing.B, producers int, submit func(i int, task func()), wait func()) {
+	var n atomic.Int64
+	task := func() { n.Add(1) }
+	b.ReportAllocs()
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	for i := range producers {
+		k := b.N / producers
+		if i < b.N%producers {
+			k++
+		}
+		wg.Go(func() {
+			for j := range k {
+				submit(j, task)
+			}
+		})
+	}
+	wg.Wait()
+	wait()
+	if int(n.Load()) != b.N {
+		b.Fatalf("%d tasks ran, want %d", n.Load(), b.N)
+	}
 }

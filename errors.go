@@ -21,8 +21,9 @@ var (
 	// ErrInsideTask is wrapped by the errors of calls that cannot work from
 	// inside one of the pool's own tasks because they would wait for the
 	// calling task itself: Wait panics with it, Shutdown returns it. The
-	// Wait of a Keyed, Priority or RateLimited panics with it when called
-	// from inside one of that layer's own tasks.
+	// Wait of a Keyed, Priority, RateLimited or Subpool panics with it
+	// when called from inside one of that layer's own tasks, and a
+	// Subpool's Shutdown returns it.
 	ErrInsideTask = engine.ErrInWorker
 
 	// ErrNilTask is returned when the task function is nil.
@@ -68,7 +69,8 @@ func (e *PanicError) Unwrap() error {
 // task had returned, or that the pool was paused: Dropped queued tasks
 // never started (none, if only running tasks were left), and the running
 // ones saw the pool's context cancelled. It unwraps to the context's
-// error, or to [ErrPaused].
+// error, or to [ErrPaused]. [Subpool.Shutdown] reports one likewise, for
+// the Subpool's tasks, and cancels no context.
 type ShutdownError struct {
 	Dropped int   // queued tasks this call removed without running; steps count as tasks (see Stats)
 	Err     error // the context's error, or ErrPaused

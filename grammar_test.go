@@ -25,6 +25,8 @@ func TestAPIGrammar(t *testing.T) {
 		"Keyed":         {reflect.TypeFor[*crew.Keyed[string]](), []string{"Go", "Submit"}},
 		"Priority":      {reflect.TypeFor[*crew.Priority](), []string{"Go", "Submit"}},
 		"RateLimited":   {reflect.TypeFor[*crew.RateLimited](), []string{"Go", "Submit"}},
+		"Subpool":       {reflect.TypeFor[*crew.Subpool](), []string{"Go", "Submit"}},
+		"Weighted":      {reflect.TypeFor[crew.Weighted](), []string{"Go", "Submit"}},
 		"Stream":        {reflect.TypeFor[*crew.Stream](), []string{"Go"}},
 		"Group":         {reflect.TypeFor[*crew.Group](), nil},
 		"ResultGroup":   {reflect.TypeFor[*crew.ResultGroup[int]](), nil},

@@ -36,10 +36,11 @@ import (
 // (engine.RunAs); Wait looks for it on the caller's stack (engine.CallerIs)
 // only when it is about to block.
 
-// An Executor starts tasks on a pool's workers: a [*Pool], or a
-// [*RateLimited], which starts them at a bounded rate on its own executor.
-// [Keyed], [Priority] and RateLimited take any Executor, so layers stack: a
-// Keyed on a RateLimited runs each key in order and all keys together at
+// An Executor starts tasks on a pool's workers: a [*Pool], a
+// [*RateLimited], which starts them at a bounded rate on its own executor,
+// or a [*Subpool], which runs them under a limit of its own. [Keyed],
+// [Priority], RateLimited and Subpool take any Executor, so layers stack:
+// a Keyed on a RateLimited runs each key in order and all keys together at
 // the rate. Its methods are the submission forms every crew type shares
 // (see [Pool.Go], [Pool.TryGo] and [Pool.GoContext]). Only crew's types
 // implement it.
@@ -49,7 +50,7 @@ type Executor interface {
 	GoContext(ctx context.Context, task func()) error
 
 	// pool returns the pool that runs the tasks in the end, nil for a nil
-	// *Pool or *RateLimited.
+	// *Pool, *RateLimited or *Subpool.
 	pool() *Pool
 }
 
@@ -105,6 +106,8 @@ func (st *stepper) sendTo(ctx context.Context, s layerStep, mode pushMode) error
 	switch ex := st.ex.(type) {
 	case *RateLimited:
 		return ex.push(ctx, struct{}{}, layerEntry{fn: s.run, owner: s.owner}, mode)
+	case *Subpool:
+		return ex.push(ctx, 1, layerEntry{fn: s.run, owner: s.owner}, mode)
 	case *Pool:
 		c := ex.core()
 		switch mode {
@@ -448,12 +451,12 @@ func (l *layer) zero() bool { return l == nil || l.steps.ex == nil }
 // over reports whether the layer's pool has ended.
 func (l *layer) over() bool { return l.p.over() }
 
-// errZeroLayer is returned by the methods of a Keyed, Priority or
-// RateLimited not made by its constructor.
-var errZeroLayer = invalidf("Keyed, Priority and RateLimited must be made with their New functions")
+// errZeroLayer is returned by the methods of a Keyed, Priority,
+// RateLimited or Subpool not made by its constructor.
+var errZeroLayer = invalidf("Keyed, Priority, RateLimited and Subpool must be made with their New functions")
 
-// LayerStats is a snapshot of a [Keyed], [Priority] or [RateLimited]
-// layer's counters. Like [Stats], its fields are read one at a time while
+// LayerStats is a snapshot of a [Keyed], [Priority], [RateLimited] or
+// [Subpool] layer's counters. Like [Stats], its fields are read one at a time while
 // tasks run.
 type LayerStats struct {
 	Unfinished int    // tasks accepted that have neither finished nor been dropped

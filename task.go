@@ -8,7 +8,8 @@ import (
 )
 
 // A Task is the handle of a function submitted with one of the Submit
-// forms of a [Pool], [Keyed], [Priority] or [RateLimited]: [Task.Wait]
+// forms of a [Pool], [Keyed], [Priority], [RateLimited], [Subpool] or
+// [Weighted]: [Task.Wait]
 // returns its error.
 type Task struct {
 	p        *Pool
