@@ -170,7 +170,7 @@ func (s *Subpool) GoContext(ctx context.Context, task func()) error {
 }
 
 // Submit queues task like [Subpool.Go] and returns a [Task] to wait for
-// its result; the task receives the pool's context. A Task that cannot be
+// its result; the task receives a context of its own, as a [Pool.Submit] task does. A Task that cannot be
 // queued is already done with the error; one dropped because the Subpool
 // or its pool stopped first completes with [ErrDropped].
 func (s *Subpool) Submit(task func(ctx context.Context) error) *Task {
