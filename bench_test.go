@@ -1,6 +1,7 @@
 package crew_test
 
 import (
+	"context"
 	"fmt"
 	"runtime"
 	"runtime/debug"
@@ -219,6 +220,57 @@ func BenchmarkWeighted(b *testing.B) {
 				}
 				s.Weighted(w).Go(task)
 			}, s.Wait)
+		})
+	}
+}
+
+// BenchmarkCancel measures Task.Cancel: "submit-wait" is Submit and Wait
+// of a tiny task on a warm pool; "submit-cancel" submits the task to a
+// paused pool and cancels it, so that it never runs; "ctx-done" is
+// submit-wait with a task that calls ctx.Done(), which makes the task's
+// own context.
+func BenchmarkCancel(b *testing.B) {
+	nop := func(context.Context) error { return nil }
+	b.Run("submit-wait", func(b *testing.B) {
+		p := crew.New(4)
+		defer p.Stop()
+		b.ReportAllocs()
+		for b.Loop() {
+			p.Submit(nop).Wait()
+		}
+	})
+	b.Run("submit-cancel", func(b *testing.B) {
+		p := crew.New(4)
+		defer p.Stop()
+		p.Pause()
+		b.ReportAllocs()
+		for b.Loop() {
+			t := p.Submit(nop)
+			if !t.Cancel() {
+				b.Fatal("Cancel of a queued task on a paused pool did not take")
+			}
+		}
+	})
+	b.Run("ctx-done", func(b *testing.B) {
+		p := crew.New(4)
+		defer p.Stop()
+		b.ReportAllocs()
+		for b.Loop() {
+			p.Submit(func(ctx context.Context) error { ctx.Done(); return nil }).Wait()
+		}
+	})
+}
+
+// BenchmarkKeyedLimit measures the cost per task of a Keyed with 16 busy
+// keys at the default per-key limit of 1 and at WithKeyLimit(4), tiny
+// tasks from 8 producers, on a pool of 4×GOMAXPROCS workers.
+func BenchmarkKeyedLimit(b *testing.B) {
+	for _, limit := range []int{1, 4} {
+		b.Run(fmt.Sprintf("limit=%d", limit), func(b *testing.B) {
+			p := crew.New(runtime.GOMAXPROCS(0) * 4)
+			defer p.Stop()
+			k := crew.NewKeyed[int](p, crew.WithKeyLimit(limit))
+			benchSubmit(b, 8, func(i int, task func()) { k.Go(i%16, task) }, k.Wait)
 		})
 	}
 }
