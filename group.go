@@ -130,14 +130,14 @@ func (g *Group) SetLimit(n int) error { return g.core().setLimit(n) }
 // return [ErrGroupDone]; later Wait calls return the same result at once.
 func (g *Group) Wait() error { return g.core().wait() }
 
-// Done returns a channel that is closed once the group has ended: Done
-// has been called and no task of the group is left unfinished (queued,
-// running or waiting to be retried). Call it after the last Go, to wait
-// for the group in a select; tasks of the group may still Go more tasks
-// until the last one finishes. From then on Go returns [ErrGroupDone],
-// and [Group.Wait] returns the outcome at once; call it still, since it
-// reports the errors and releases the group's context. Done on a nil or
-// zero Group returns a closed channel.
+// Done marks the group complete once its tasks are, and returns a
+// channel that is closed then: as soon as no task of the group is left
+// unfinished (queued, running or waiting to be retried). Call it after the
+// last Go, to wait for the group in a select; tasks of the group may still
+// Go more tasks until the last one finishes. Once the channel is closed,
+// Go returns [ErrGroupDone] and [Group.Wait] returns the outcome at once;
+// call Wait still, since it reports the errors and releases the group's
+// context. Done on a nil or zero Group returns a closed channel.
 func (g *Group) Done() <-chan struct{} { return g.core().doneChan() }
 
 // Context returns the group's context: the one its tasks receive (without

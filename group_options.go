@@ -106,7 +106,8 @@ func WithRepanic() GroupOption {
 // waits for its delay holding no worker and no slot of the group's limit
 // (a timer puts it back in the group's queue), so other tasks run
 // meanwhile. It is not called again once the group is cancelled (an
-// error, WithCancelOnError, ctx, a pool's Shutdown): a task waiting for
+// error, WithCancelOnError, ctx, or its pool's Stop or Shutdown, which do
+// not wait for a task's delay): a task waiting for
 // its delay then ends at once with its last error, and Wait does not wait
 // for the delay. A task that panics, or returns an error wrapped with
 // [Permanent], is not called again. Each call gets r.Timeout's deadline,

@@ -131,7 +131,7 @@ type core[I any] struct {
 	unfinished int           // tasks queued or running
 	waiters    int           // goroutines parked in wait
 	wake       chan struct{}
-	closed     bool // Wait has returned
+	closed     bool          // Wait has returned
 	doneCh     chan struct{} // made by Done; closed once the group has ended
 	ended      bool          // Done was called and no task was left: Go is refused
 	result     error
@@ -141,8 +141,15 @@ type core[I any] struct {
 	unseen     []*PanicError // panics Wait will not report (see record)
 	skipped    int
 	retrying   atomic.Bool        // retries has been made
-	retries    map[int]int        // WithRetry: failed calls of each task that is to be called again
+	retries    map[int]tried      // WithRetry: the failed calls of each task that is to be called again
 	backoffs   map[int]backoff[I] // WithRetry: the tasks waiting for their delay
+}
+
+// tried is what a task of a group built WithRetry has been through: its
+// failed calls and the last one's error.
+type tried struct {
+	calls int
+	err   error
 }
 
 // backoff is a task of a group built WithRetry waiting for its delay,
@@ -540,6 +547,11 @@ func (c *core[I]) runItem(e entry[I], keep bool) (again bool) {
 		c.poolEnded()
 	}
 	if c.ctx.Err() != nil {
+		if err := c.forget(e.seq); err != nil {
+			// Called before and queued again after its delay: it ends
+			// with its last error, as one still waiting would.
+			return c.done(e.seq, err, false, keep)
+		}
 		if c.lost != nil {
 			c.lost(e.seq)
 		}
@@ -565,6 +577,7 @@ func (c *core[I]) runItem(e entry[I], keep bool) (again bool) {
 		}
 		// A step that runtime.Goexit ends (recovered as nil) cannot go on
 		// with the next task: it keeps no step.
+		c.forget(e.seq) // a panic is not retried
 		again = c.done(e.seq, err, false, keep && v != nil)
 	}()
 	ctx := c.ctx
@@ -582,10 +595,8 @@ func (c *core[I]) runItem(e entry[I], keep bool) (again bool) {
 				return again
 			}
 			err = unwrapPermanent(err)
-		} else if c.retrying.Load() {
-			c.mu.Lock()
-			delete(c.retries, e.seq)
-			c.mu.Unlock()
+		} else {
+			c.forget(e.seq)
 		}
 	} else {
 		err = c.exec(ctx, e.seq, e.it)
@@ -601,21 +612,21 @@ func (c *core[I]) runItem(e entry[I], keep bool) (again bool) {
 func (c *core[I]) retryLater(e entry[I], err error, keep bool) (again, later bool) {
 	r := c.cfg.retry
 	c.mu.Lock()
-	attempt := c.retries[e.seq] + 1
+	attempt := c.retries[e.seq].calls + 1
 	if !r.again(c.ctx, attempt, err) {
 		delete(c.retries, e.seq)
 		c.mu.Unlock()
 		return false, false
 	}
 	if c.retries == nil {
-		c.retries = make(map[int]int)
+		c.retries = make(map[int]tried)
 		c.backoffs = make(map[int]backoff[I])
 		c.retrying.Store(true)
 		// A cancelled group ends its waiting tasks at once, not after
 		// their delay.
 		context.AfterFunc(c.ctx, c.endBackoffs)
 	}
-	c.retries[e.seq] = attempt
+	c.retries[e.seq] = tried{attempt, err}
 	c.backoffs[e.seq] = backoff[I]{e, err, time.AfterFunc(r.Backoff(attempt), func() { c.requeue(e.seq) })}
 	c.running--
 	n := c.needSteps()
@@ -634,6 +645,15 @@ func (c *core[I]) requeue(seq int) {
 		return
 	}
 	delete(c.backoffs, seq)
+	if c.ctx.Err() != nil {
+		// Cancelled meanwhile: end it as endBackoffs does, rather than
+		// queue it after the queue was skipped (see doneChan).
+		delete(c.retries, seq)
+		c.running++ // for done to count it out
+		c.mu.Unlock()
+		c.done(seq, b.err, false, false)
+		return
+	}
 	c.q.Push(b.e)
 	n := c.needSteps()
 	c.signal()
@@ -641,6 +661,22 @@ func (c *core[I]) requeue(seq int) {
 	if n > 0 {
 		c.submit(n, false)
 	}
+}
+
+// forget drops the record of task seq's failed calls, if it has one, and
+// returns the last one's error, or nil.
+func (c *core[I]) forget(seq int) error {
+	if !c.retrying.Load() {
+		return nil
+	}
+	c.mu.Lock()
+	t, ok := c.retries[seq]
+	delete(c.retries, seq)
+	c.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	return t.err
 }
 
 // endBackoffs ends every task waiting for its delay, once the group is

@@ -22,7 +22,7 @@ func MapStream[T, R any](ctx context.Context, p *Pool, seq iter.Seq[T], fn func(
 //
 // Memory is bounded: at most a window of values are pulled from seq and
 // not yet yielded, the [WithLimit] limit if given (which also bounds the
-// calls running at once), else the pool's worker limit. While the window
+// calls running at once), else the pool's worker limit, and at most 65,536. While the window
 // is full, or the next result is not done, the ranging goroutine waits,
 // running calls itself meanwhile in a slot of p's, as [Group.Wait] does.
 // A slow head of the line therefore holds back the calls after it: the
@@ -73,10 +73,13 @@ func MapErrStream[T, R any](ctx context.Context, p *Pool, seq iter.Seq[T], fn fu
 		if window == 0 {
 			window = p.maxWorkers()
 		}
-		s.slots = make([]streamResult[R], window)
+		s.slots = make([]streamResult[R], min(window, maxStreamWindow))
 		s.run(seq, yield)
 	}
 }
+
+// maxStreamWindow bounds the window of MapErrStream, whatever the limits.
+const maxStreamWindow = 1 << 16
 
 // resultStream is a range over MapErrStream's iterator: a group whose
 // results wait in a ring of slots, indexed by their sequence number modulo
@@ -194,6 +197,9 @@ func (s *resultStream[T, R]) close() {
 		return // a call is crashing the program: it never finishes
 	}
 	c.cancel(context.Canceled)
+	c.mu.Lock()
+	c.until = nil // finish waits for every call, not for the next result
+	c.mu.Unlock()
 	c.finish(true) // settle took every outcome: finish has no panic of its own to hand over
 	var unseen []*PanicError
 	for i := s.head; i < s.pushed; i++ {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"iter"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"sync/atomic"
@@ -408,5 +409,50 @@ func TestMapErrStreamIteratorPanicWaitsForCalls(t *testing.T) {
 	}()
 	if v != "iterator broke" || !returned.Load() {
 		t.Fatalf("recovered %v, call returned %v", v, returned.Load())
+	}
+}
+
+// Breaking out of the loop inside the only worker's task, with values
+// queued and the next result ready, returns: the ranging goroutine skips
+// the queued values itself, as no worker is free to.
+func TestMapStreamBreakInsideTheOnlyWorker(t *testing.T) {
+	leak.Check(t)
+	p := crew.New(1)
+	defer p.Stop()
+	done := make(chan []int)
+	p.Go(func() {
+		var got []int
+		for r, err := range crew.MapStream(context.Background(), p, slices.Values([]int{0, 1, 2, 3, 4}),
+			func(_ context.Context, v int) int { return v }, crew.WithLimit(3)) {
+			if err != nil {
+				break
+			}
+			if got = append(got, r); r == 1 {
+				break
+			}
+		}
+		done <- got
+	})
+	if got := recv(t, done, "the range to return after a break"); !slices.Equal(got, []int{0, 1}) {
+		t.Fatalf("got %v", got)
+	}
+}
+
+// A limit too large for a window of its own is not one: the window has a
+// bound.
+func TestMapStreamHugeLimit(t *testing.T) {
+	leak.Check(t)
+	p := crew.New(2)
+	defer p.Stop()
+	n := 0
+	for r, err := range crew.MapStream(context.Background(), p, slices.Values([]int{1, 2, 3}),
+		func(_ context.Context, v int) int { return v }, crew.WithLimit(math.MaxInt)) {
+		if err != nil || r != n+1 {
+			t.Fatalf("element %d: %d, %v", n, r, err)
+		}
+		n++
+	}
+	if n != 3 {
+		t.Fatalf("%d elements", n)
 	}
 }

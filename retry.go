@@ -38,7 +38,9 @@ func (r Retry) check() error {
 
 // Backoff returns how long to wait after the given failed attempt (1 for
 // the first call), jitter included: a value in [d/2, d] where d is Delay
-// doubled attempt-1 times, bounded by MaxDelay.
+// doubled attempt-1 times, bounded by MaxDelay. For an invalid r it
+// returns 0 for a negative Delay and takes a negative MaxDelay as no
+// bound.
 func (r Retry) Backoff(attempt int) time.Duration {
 	return retry.Backoff(attempt, r.Delay, r.MaxDelay)
 }
@@ -47,7 +49,8 @@ func (r Retry) Backoff(attempt int) time.Duration {
 // error wrapped with [Permanent] (Do returns the error inside), panics (the
 // panic goes on), or the attempts are used up (Do returns the last error).
 // It waits between calls as r says and stops waiting when ctx ends,
-// returning the last error joined with ctx's cause; each call receives
+// returning the last error joined with ctx's cause (a call that fails
+// once ctx has ended is not retried: Do returns its error); each call receives
 // ctx, with Timeout's deadline if set. Do holds its goroutine, and in a
 // pool's task that task's worker, while it waits: a group built
 // [WithRetry] frees the worker instead. Do returns an error wrapping

@@ -3,6 +3,7 @@ package crew_test
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -174,4 +175,56 @@ func TestGroupRetryHoldsNoWorker(t *testing.T) {
 			t.Fatalf("cancelled: Wait = %v after %d calls and %v, want flaky at once", err, calls.Load(), time.Since(start))
 		}
 	})
+}
+
+// A group built WithRetry whose pool stops or shuts down, or whose context
+// ends, while its tasks fail and wait for their delays still ends: its
+// Done channel closes without a Wait, and no task is left queued behind a
+// pool that refuses steps.
+func TestGroupRetryEndsWhenThePoolStops(t *testing.T) {
+	leak.Check(t)
+	for i := range 300 {
+		p := crew.New(2)
+		ctx, cancel := context.WithCancel(context.Background())
+		g := crew.NewGroup(ctx, p, crew.WithLimit(3),
+			crew.WithRetry(crew.Retry{Attempts: 4, Delay: time.Duration(rand.N(300)) * time.Microsecond}))
+		for range 8 {
+			g.Go(func(ctx context.Context) error {
+				if rand.N(3) == 0 {
+					return nil
+				}
+				return errFlaky
+			})
+		}
+		done := g.Done()
+		stopped := make(chan struct{})
+		go func() {
+			defer close(stopped)
+			switch i % 3 {
+			case 0:
+				sctx, c := context.WithTimeout(context.Background(), time.Duration(rand.N(200))*time.Microsecond)
+				p.Shutdown(sctx)
+				c()
+			case 1:
+				p.Stop()
+			case 2:
+				cancel()
+			}
+		}()
+		recv(t, done, "the end of a retrying group whose pool stops")
+		g.Wait()
+		<-stopped
+		cancel()
+		p.Stop()
+	}
+}
+
+// Backoff never panics, even for an invalid policy.
+func TestRetryBackoffOfAnInvalidPolicy(t *testing.T) {
+	leak.Check(t)
+	for _, r := range []crew.Retry{{Attempts: 3, Delay: -10 * time.Millisecond}, {Attempts: 3, Delay: time.Second, MaxDelay: -time.Second}} {
+		if d := r.Backoff(1); d < 0 || d > time.Second {
+			t.Errorf("%+v.Backoff(1) = %v", r, d)
+		}
+	}
 }

@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gocrew/crew"
 	pkgz "github.com/go-pkgz/pool"
 	"github.com/go-pkgz/pool/middleware"
+	"github.com/gocrew/crew"
 	"golang.org/x/sync/errgroup"
 )
 

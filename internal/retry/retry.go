@@ -23,11 +23,14 @@ func Check(attempts int, delay, maxDelay, timeout time.Duration) string {
 
 // Backoff returns how long to wait after the given failed attempt (1 for
 // the first call): delay doubled attempt-1 times, bounded by maxDelay
-// unless it is 0, then drawn at random from its upper half, so that
+// unless it is 0 or less, then drawn at random from its upper half, so that
 // callers failing together do not retry together.
 func Backoff(attempt int, delay, maxDelay time.Duration) time.Duration {
+	if delay <= 0 {
+		return 0 // no delay, or an invalid one: never a panic
+	}
 	bound := maxDelay
-	if bound == 0 {
+	if bound <= 0 {
 		bound = 1<<63 - 1
 	}
 	d := min(delay, bound)
