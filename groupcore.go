@@ -133,6 +133,7 @@ type core[I any] struct {
 	wake       chan struct{}
 	closed     bool          // Wait has returned
 	doneCh     chan struct{} // made by Done; closed once the group has ended
+	stopSkip   func() bool   // unregisters skipQueued from ctx (see doneChan)
 	ended      bool          // Done was called and no task was left: Go is refused
 	result     error
 	err        error         // first error
@@ -746,7 +747,7 @@ func (c *core[I]) doneChan() <-chan struct{} {
 		} else {
 			// Only a waiter skips the queued tasks of a cancelled group:
 			// without one, nothing else would end it.
-			context.AfterFunc(c.ctx, c.skipQueued)
+			c.stopSkip = context.AfterFunc(c.ctx, c.skipQueued)
 		}
 	}
 	return c.doneCh
@@ -774,6 +775,9 @@ func (c *core[I]) end() {
 	if !c.ended {
 		c.ended = true
 		close(c.doneCh)
+		if c.stopSkip != nil {
+			c.stopSkip()
+		}
 	}
 }
 
