@@ -22,10 +22,16 @@ type Email struct {
 	To string `json:"to"`
 }
 
-// embeddedJetStream starts a nats-server with JetStream on a random
-// loopback port, with its store in dir, and connects to it; stop closes
-// the connection and shuts the server down.
-func embeddedJetStream(dir string) (js jetstream.JetStream, stop func()) {
+// jobServer starts a nats-server with JetStream on a random loopback port,
+// storing in a temporary directory, connects to it and creates the stream
+// JOBS of jobs.>, which allows message schedules and TTLs: it holds the
+// jobs and their schedules. stop closes the connection, shuts the server
+// down and removes the directory.
+func jobServer(ctx context.Context) (js jetstream.JetStream, stop func()) {
+	dir, err := os.MkdirTemp("", "crewjs-example-")
+	if err != nil {
+		log.Fatal(err)
+	}
 	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: dir, NoLog: true, NoSigs: true})
 	if err != nil {
 		log.Fatal(err)
@@ -41,38 +47,26 @@ func embeddedJetStream(dir string) (js jetstream.JetStream, stop func()) {
 	if js, err = jetstream.New(nc); err != nil {
 		log.Fatal(err)
 	}
-	return js, func() { nc.Close(); s.Shutdown(); s.WaitForShutdown() }
-}
-
-// exampleDir returns a new temporary directory and a function that removes
-// it.
-func exampleDir() (string, func()) {
-	dir, err := os.MkdirTemp("", "crewjs-example-")
-	if err != nil {
-		log.Fatal(err)
-	}
-	return dir, func() { os.RemoveAll(dir) }
-}
-
-// A job queue: a stream that allows message schedules and TTLs, a Queue
-// that enqueues jobs, and a Consumer that runs them on a pool. The delayed
-// job runs after the one enqueued after it; the second job with the same
-// unique id is not stored.
-func ExampleQueue_Enqueue() {
-	dir, cleanup := exampleDir()
-	defer cleanup()
-	js, stop := embeddedJetStream(dir)
-	defer stop()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-
-	// The stream holds the jobs (jobs.email) and their schedules
-	// (jobs.email.schedule.*); the consumer takes the jobs only.
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{
 		Name: "JOBS", Subjects: []string{"jobs.>"}, AllowMsgSchedules: true, AllowMsgTTL: true,
 	}); err != nil {
 		log.Fatal(err)
 	}
+	return js, func() { nc.Close(); s.Shutdown(); s.WaitForShutdown(); os.RemoveAll(dir) }
+}
+
+// A job queue: a Queue that enqueues jobs to a stream that allows message
+// schedules and TTLs, and a Consumer that runs them on a pool. The delayed
+// job runs after the one enqueued after it; the second job with the same
+// unique id is not stored.
+func ExampleQueue_Enqueue() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	js, stop := jobServer(ctx)
+	defer stop()
+
+	// The consumer takes the jobs (jobs.email), not their schedules
+	// (jobs.email.schedule.*), which the stream holds too.
 	cons, err := js.CreateOrUpdateConsumer(ctx, "JOBS", jetstream.ConsumerConfig{
 		Durable: "mailers", FilterSubject: "jobs.email", AckPolicy: jetstream.AckExplicitPolicy,
 	})
@@ -116,17 +110,10 @@ func ExampleQueue_Enqueue() {
 // A handler snoozes a job whose resource is busy: with WithSnooze, the job
 // comes back later as a new delivery, and the snooze is not an attempt.
 func ExampleSnooze() {
-	dir, cleanup := exampleDir()
-	defer cleanup()
-	js, stop := embeddedJetStream(dir)
-	defer stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{
-		Name: "JOBS", Subjects: []string{"jobs.>"}, AllowMsgSchedules: true,
-	}); err != nil {
-		log.Fatal(err)
-	}
+	js, stop := jobServer(ctx)
+	defer stop()
 	cons, err := js.CreateOrUpdateConsumer(ctx, "JOBS", jetstream.ConsumerConfig{
 		Durable: "mailers", FilterSubject: "jobs.email", AckPolicy: jetstream.AckExplicitPolicy, MaxDeliver: 1,
 	})
@@ -170,17 +157,10 @@ func ExampleSnooze() {
 // until it is unscheduled. Every process may call Schedule at start: the
 // schedule named "daily-report" is replaced, not added.
 func ExampleQueue_Schedule() {
-	dir, cleanup := exampleDir()
-	defer cleanup()
-	js, stop := embeddedJetStream(dir)
-	defer stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{
-		Name: "JOBS", Subjects: []string{"jobs.>"}, AllowMsgSchedules: true,
-	}); err != nil {
-		log.Fatal(err)
-	}
+	js, stop := jobServer(ctx)
+	defer stop()
 	q := crewjs.NewQueue[Email](js, "jobs.report")
 	for range 2 {
 		if _, err := q.Schedule(ctx, "daily-report", "0 0 6 * * *", Email{To: "boss@example.com"}); err != nil {
