@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gocrew/crew"
@@ -110,6 +111,23 @@ func TestBadInputs(t *testing.T) {
 			return err
 		}
 		return errors.Join(p.Close(ctx), handled)
+	}
+
+	newQueue := func() *Queue[item] { return NewQueue[item](js, "jobs.new") }
+	// enqueued enqueues an item to a Queue of the stream, which allows
+	// neither schedules nor message TTLs, with o.
+	enqueued := func(o EnqueueOption) func(*testing.T) error {
+		return func(*testing.T) error {
+			_, err := newQueue().Enqueue(ctx, item{ID: -1}, o)
+			return err
+		}
+	}
+	// scheduled schedules an item under name with spec and o.
+	scheduled := func(name, spec string, o ...EnqueueOption) func(*testing.T) error {
+		return func(*testing.T) error {
+			_, err := newQueue().Schedule(ctx, name, spec, item{}, o...)
+			return err
+		}
 	}
 
 	cases := []struct {
@@ -383,6 +401,113 @@ func TestBadInputs(t *testing.T) {
 		{"Permanent(nil) and IsPermanent(nil)", func(*testing.T) error {
 			if Permanent(nil) != nil || IsPermanent(nil) {
 				return errors.New("Permanent(nil) is not nil, or IsPermanent(nil) is true")
+			}
+			return nil
+		}, nil},
+		// Queue, Enqueue and its options, Schedule, Snooze.
+		{"NewQueue nil JetStream", func(*testing.T) error {
+			return panicValue(func() { NewQueue[item](nil, "jobs.new") })
+		}, crew.ErrInvalid},
+		{"NewQueue wildcard subject", func(*testing.T) error {
+			return panicValue(func() { NewQueue[item](js, "jobs.*") })
+		}, crew.ErrInvalid},
+		{"NewQueue nil option", func(*testing.T) error {
+			return panicValue(func() { NewQueue[item](js, "jobs.new", nil) })
+		}, crew.ErrInvalid},
+		{"NewQueue WithCodec(nil)", func(*testing.T) error {
+			return panicValue(func() { NewQueue[item](js, "jobs.new", WithCodec(nil)) })
+		}, crew.ErrInvalid},
+		{"Enqueue on a nil Queue", func(*testing.T) error {
+			_, err := (*Queue[item])(nil).Enqueue(ctx, item{})
+			return err
+		}, crew.ErrInvalid},
+		{"Enqueue on a zero Queue", func(*testing.T) error {
+			_, err := new(Queue[item]).Enqueue(ctx, item{})
+			return err
+		}, crew.ErrInvalid},
+		{"Enqueue nil context", func(*testing.T) error {
+			_, err := newQueue().Enqueue(nil, item{}) //nolint:staticcheck // the case under test
+			return err
+		}, crew.ErrInvalid},
+		{"Enqueue nil option", enqueued(nil), crew.ErrInvalid},
+		{"WithDelay(-1)", enqueued(WithDelay(-1)), crew.ErrInvalid},
+		{"WithDelay(MinInt64)", enqueued(WithDelay(math.MinInt64)), crew.ErrInvalid},
+		{"WithRunAt(zero time)", enqueued(WithRunAt(time.Time{})), crew.ErrInvalid},
+		{"WithRunAt(the past) publishes at once", enqueued(WithRunAt(time.Unix(0, 0))), nil},
+		{"WithUniqueID(\"\")", enqueued(WithUniqueID("")), crew.ErrInvalid},
+		{"WithTTL(0)", enqueued(WithTTL(0)), crew.ErrInvalid},
+		{"WithTTL(999ms)", enqueued(WithTTL(999 * time.Millisecond)), crew.ErrInvalid},
+		{"WithHeader empty key", enqueued(WithHeader("", "v")), crew.ErrInvalid},
+		{"WithHeader key with a colon", enqueued(WithHeader("a:b", "v")), crew.ErrInvalid},
+		{"WithHeader server key", enqueued(WithHeader("Nats-Msg-Id", "v")), crew.ErrInvalid},
+		{"WithDelay on a stream without schedules", enqueued(WithDelay(time.Hour)), errAny},
+		{"WithTTL on a stream without message TTLs", enqueued(WithTTL(time.Hour)), errAny},
+		{"Enqueue with a codec that fails", func(*testing.T) error {
+			_, err := NewQueue[item](js, "jobs.new", WithCodec(Bytes{})).Enqueue(ctx, item{})
+			return err
+		}, crew.ErrInvalid},
+		{"Schedule nil context", func(*testing.T) error {
+			_, err := newQueue().Schedule(nil, "tick", "@hourly", item{}) //nolint:staticcheck // the case under test
+			return err
+		}, crew.ErrInvalid},
+		{"Schedule empty name", scheduled("", "@hourly"), crew.ErrInvalid},
+		{"Schedule name with a dot", scheduled("a.b", "@hourly"), crew.ErrInvalid},
+		{"Schedule name with a wildcard", scheduled(">", "@hourly"), crew.ErrInvalid},
+		{"Schedule empty spec", scheduled("tick", " "), crew.ErrInvalid},
+		{"Schedule @at spec", scheduled("tick", "@at 2030-01-01T00:00:00Z"), crew.ErrInvalid},
+		{"Schedule @every 500ms", scheduled("tick", "@every 500ms"), crew.ErrInvalid},
+		{"Schedule @every nonsense", scheduled("tick", "@every often"), crew.ErrInvalid},
+		{"Schedule WithDelay", scheduled("tick", "@hourly", WithDelay(time.Second)), crew.ErrInvalid},
+		{"Schedule WithUniqueID", scheduled("tick", "@hourly", WithUniqueID("x")), crew.ErrInvalid},
+		{"Schedule on a stream without schedules", scheduled("tick", "@hourly"), errAny},
+		{"Unschedule on a nil Queue", func(*testing.T) error {
+			return (*Queue[item])(nil).Unschedule(ctx, "tick")
+		}, crew.ErrInvalid},
+		{"Unschedule nil context", func(*testing.T) error {
+			return newQueue().Unschedule(nil, "tick") //nolint:staticcheck // the case under test
+		}, crew.ErrInvalid},
+		{"Unschedule empty name", func(*testing.T) error {
+			return newQueue().Unschedule(ctx, "")
+		}, crew.ErrInvalid},
+		{"Unschedule a name never scheduled", func(*testing.T) error {
+			return newQueue().Unschedule(ctx, "never")
+		}, nil},
+		{"DuplicateWindow on a zero Queue", func(*testing.T) error {
+			_, err := new(Queue[item]).DuplicateWindow(ctx)
+			return err
+		}, crew.ErrInvalid},
+		{"DuplicateWindow of a subject no stream holds", func(*testing.T) error {
+			_, err := NewQueue[item](js, "nowhere").DuplicateWindow(ctx)
+			return err
+		}, errAny},
+		{"Subject of a nil Queue", func(*testing.T) error {
+			if s := (*Queue[item])(nil).Subject(); s != "" {
+				return fmt.Errorf("Subject() = %q", s)
+			}
+			return nil
+		}, nil},
+		{"WithSnooze(nil)", consumerOptionPanics(WithSnooze(nil)), crew.ErrInvalid},
+		{"Snooze(-1)", func(*testing.T) error {
+			err := Snooze(-1)
+			if _, ok := SnoozeDelay(err); ok {
+				return errors.New("Snooze(-1) is a snooze")
+			}
+			return err
+		}, crew.ErrInvalid},
+		{"SnoozeDelay(nil)", func(*testing.T) error {
+			if d, ok := SnoozeDelay(nil); ok || d != 0 {
+				return fmt.Errorf("SnoozeDelay(nil) = %v, %v", d, ok)
+			}
+			return nil
+		}, nil},
+		{"Attempt of a zero Msg, and with a bad Crew-Attempts", func(*testing.T) error {
+			if a := (Msg[item]{}).Attempt(); a != 0 {
+				return fmt.Errorf("Attempt() = %d, want 0", a)
+			}
+			m := Msg[item]{Header: nats.Header{HeaderAttempts: []string{"-3"}}}
+			m.Metadata.NumDelivered = 1
+			if a := m.Attempt(); a != 1 {
+				return fmt.Errorf("Attempt() with Crew-Attempts -3 = %d, want 1", a)
 			}
 			return nil
 		}, nil},

@@ -35,7 +35,15 @@ type Handler[T any] func(ctx context.Context, m Msg[T]) error
 //   - nil: Ack (DoubleAck [WithDoubleAck]);
 //   - an error: NakWithDelay with the backoff for its delivery count
 //     ([WithBackoff]), or, on the last delivery MaxDeliver allows, give up;
-//   - a [Permanent] error, a panic, or a body the Codec cannot decode: give up.
+//   - a [Permanent] error, a panic, or a body the Codec cannot decode: give up;
+//   - a [Snooze] error: run it again later without counting an attempt
+//     ([WithSnooze]).
+//
+// Attempts, which the backoff and MaxDeliver count, are deliveries that
+// did not snooze ([Msg.Attempt]). A message that is a message schedule
+// (it has a Nats-Schedule header; see [Queue]) rather than a job is not
+// handled: it is reported and handed back with the longest backoff, since
+// the consumer's filter should not match it.
 //
 // Giving up publishes the message to the dead-letter subject, if one is set
 // ([WithDeadLetter]), then terminates it (Term) so that it is not
@@ -134,6 +142,7 @@ type Stats struct {
 	Nacked       uint64 // handed back for redelivery: failed, or not finished when stopping
 	Terminated   uint64 // given up on (Term)
 	DeadLettered uint64 // published to the dead-letter subject before Term
+	Snoozed      uint64 // handed back or rescheduled because the handler returned Snooze
 	Panicked     uint64 // handler panics recovered
 	Heartbeats   uint64 // InProgress notices sent
 	InFlight     int    // messages held now: fetched and not settled
@@ -151,6 +160,7 @@ func (c *Consumer[T]) Stats() Stats {
 		Nacked:       c.n.nacked.Load(),
 		Terminated:   c.n.terminated.Load(),
 		DeadLettered: c.n.deadLettered.Load(),
+		Snoozed:      c.n.snoozed.Load(),
 		Panicked:     c.n.panicked.Load(),
 		Heartbeats:   c.n.heartbeats.Load(),
 		InFlight:     int(c.n.held.Load()),
@@ -158,8 +168,8 @@ func (c *Consumer[T]) Stats() Stats {
 }
 
 type counters struct {
-	fetched, acked, nacked, terminated, deadLettered, panicked, heartbeats atomic.Uint64
-	held                                                                   atomic.Int64
+	fetched, acked, nacked, terminated, deadLettered, snoozed, panicked, heartbeats atomic.Uint64
+	held                                                                            atomic.Int64
 }
 
 // heartbeatInterval returns the interval of InProgress notices for a

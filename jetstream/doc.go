@@ -44,6 +44,25 @@
 // [Publisher.Flush] publishes what was added so far, and [Publisher.Close]
 // publishes the rest and stops. [WithBatch] sets the batcher's options.
 //
+// # Jobs
+//
+// A [Queue] enqueues jobs one at a time: [Queue.Enqueue] waits for the
+// stream to store the job and returns its stream sequence. A job may be
+// delayed ([WithDelay], [WithRunAt]), carry a unique id that the stream
+// stores once within its duplicate window ([WithUniqueID], [ErrDuplicate],
+// [Queue.DuplicateWindow]), a time to live ([WithTTL]) and headers
+// ([WithHeader]); [Queue.Schedule] makes a periodic job (every interval, or
+// a cron expression), which [Queue.Unschedule] deletes. Delayed and
+// periodic jobs are the server's message schedules (nats-server 2.12 for
+// delays, 2.14 for periodic schedules), stored in the stream next to the
+// jobs, on S.schedule.<token> for the Queue's subject S. A [Consumer] runs
+// the jobs; its [Handler] may return [Snooze](d) to have a job run again
+// later without counting an attempt ([WithSnooze], [Msg.Attempt]), or a
+// [Permanent] error to give it up at once.
+//
+//	q := crewjs.NewQueue[Email](js, "jobs.email")
+//	seq, err := q.Enqueue(ctx, Email{To: to}, crewjs.WithDelay(time.Minute), crewjs.WithUniqueID("welcome-"+to))
+//
 // # Payloads
 //
 // Payloads are typed: a [Codec] encodes the items a Publisher sends and

@@ -3,6 +3,7 @@ package jetstream
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/gocrew/crew"
 )
@@ -17,7 +18,38 @@ var (
 	// flight was finished: the unfinished ones were handed back to the
 	// server (Nak) for redelivery.
 	ErrDrainTimeout = errors.New("jetstream: drain timeout")
+
+	// ErrDuplicate is wrapped by the error [Queue.Enqueue] returns when the
+	// stream dropped the job as a duplicate of one with the same unique id
+	// ([WithUniqueID]) stored within its duplicate window.
+	ErrDuplicate = errors.New("jetstream: duplicate job")
 )
+
+// Snooze returns the error with which a [Handler] asks for its job to be
+// run again d later without counting an attempt: see [WithSnooze] for how
+// the [Consumer] does it, and what it does without that option. For a
+// negative d, Snooze returns an error wrapping [crew.ErrInvalid] instead,
+// which the Consumer takes as a failed attempt.
+func Snooze(d time.Duration) error {
+	if d < 0 {
+		return invalid("Snooze(%v): d must not be negative", d)
+	}
+	return &snoozeError{d}
+}
+
+// SnoozeDelay reports whether err is or wraps an error made by [Snooze],
+// and its delay.
+func SnoozeDelay(err error) (time.Duration, bool) {
+	var s *snoozeError
+	if !errors.As(err, &s) {
+		return 0, false
+	}
+	return s.d, true
+}
+
+type snoozeError struct{ d time.Duration }
+
+func (e *snoozeError) Error() string { return fmt.Sprintf("jetstream: snoozed for %v", e.d) }
 
 // Permanent marks err as a failure that retrying cannot fix. A [Handler]
 // that returns it (or an error wrapping it) has its message dead-lettered,

@@ -130,19 +130,24 @@ func (ts *testServer) connect(t testing.TB) (*nats.Conn, natsjs.JetStream) {
 	return nc, js
 }
 
-// createStream creates a file-backed stream.
+// createStream creates a file-backed stream with a duplicate window of a
+// minute.
 func createStream(t testing.TB, js natsjs.JetStream, name string, subjects ...string) natsjs.Stream {
+	t.Helper()
+	return createStreamWith(t, js, natsjs.StreamConfig{Name: name, Subjects: subjects})
+}
+
+// createStreamWith creates a file-backed stream with a duplicate window of
+// a minute; cfg's other fields are kept.
+func createStreamWith(t testing.TB, js natsjs.JetStream, cfg natsjs.StreamConfig) natsjs.Stream {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	st, err := js.CreateStream(ctx, natsjs.StreamConfig{
-		Name:       name,
-		Subjects:   subjects,
-		Storage:    natsjs.FileStorage,
-		Duplicates: time.Minute,
-	})
+	cfg.Storage = natsjs.FileStorage
+	cfg.Duplicates = time.Minute
+	st, err := js.CreateStream(ctx, cfg)
 	if err != nil {
-		t.Fatalf("create stream %s: %v", name, err)
+		t.Fatalf("create stream %s: %v", cfg.Name, err)
 	}
 	return st
 }

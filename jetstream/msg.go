@@ -1,6 +1,8 @@
 package jetstream
 
 import (
+	"strconv"
+
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 )
@@ -23,3 +25,20 @@ type Msg[T any] struct {
 // 2 after one Nak or redelivery, and so on. It is the NumDelivered of
 // [natsjs.MsgMetadata].
 func (m Msg[T]) Delivery() int { return int(m.Metadata.NumDelivered) }
+
+// Attempt returns which attempt at the job this delivery is: the
+// [Delivery], plus the attempts made before the job was snoozed, which
+// the [HeaderAttempts] header carries (see [WithSnooze]). Deliveries that
+// snoozed are not attempts. The backoff ([WithBackoff]) and the MaxDeliver
+// limit count attempts.
+func (m Msg[T]) Attempt() int { return priorAttempts(m.Header) + m.Delivery() }
+
+// priorAttempts returns the attempts the HeaderAttempts header of h
+// counts: 0 if it is absent or not a non-negative number.
+func priorAttempts(h nats.Header) int {
+	n, err := strconv.Atoi(h.Get(HeaderAttempts))
+	if err != nil || n < 0 {
+		return 0
+	}
+	return n
+}

@@ -25,11 +25,13 @@ type PublisherOption interface {
 	applyPublisher(s *publisherSettings) error
 }
 
-// An Option configures both a [Consumer] and a [Publisher]: it is a
-// [ConsumerOption] and a [PublisherOption]. [WithCodec] returns one.
+// An Option configures a [Consumer], a [Publisher] and a [Queue]: it is a
+// [ConsumerOption], a [PublisherOption] and a [QueueOption]. [WithCodec]
+// returns one.
 type Option interface {
 	ConsumerOption
 	PublisherOption
+	QueueOption
 }
 
 // Defaults used by [NewConsumer] for what no option sets: see
@@ -70,6 +72,7 @@ type consumerSettings struct {
 	deadSubject  string
 	onError      func(error)
 	doubleAck    bool
+	snoozeJS     natsjs.JetStream
 }
 
 func defaultConsumerSettings() consumerSettings {
@@ -140,6 +143,7 @@ type codecOption struct{ c Codec }
 
 func (o codecOption) applyConsumer(s *consumerSettings) error   { return o.set(&s.codec) }
 func (o codecOption) applyPublisher(s *publisherSettings) error { return o.set(&s.codec) }
+func (o codecOption) applyQueue(s *queueSettings) error         { return o.set(&s.codec) }
 
 // set stores the codec in *dst, unless it is nil.
 func (o codecOption) set(dst *Codec) error {
@@ -150,8 +154,8 @@ func (o codecOption) set(dst *Codec) error {
 	return nil
 }
 
-// WithCodec sets the [Codec] that encodes published items and decodes
-// consumed messages. The default is [JSON].
+// WithCodec sets the [Codec] that encodes published items and enqueued
+// jobs and decodes consumed messages. The default is [JSON].
 func WithCodec(c Codec) Option { return codecOption{c} }
 
 // WithMaxInFlight bounds the messages the [Consumer] holds at once, fetched
@@ -286,6 +290,28 @@ func checkSubject(subject string) error {
 		}
 	}
 	return nil
+}
+
+// WithSnooze lets a [Consumer] snooze jobs without counting an attempt:
+// when a [Handler] returns [Snooze](d), the Consumer publishes, through
+// js, a message schedule (see [Queue]) that publishes the job again, with
+// its body and headers (but not the server's Nats- headers, such as a
+// TTL), to its subject d later, and then acknowledges the delivery. The
+// copy carries the attempts made so far in its [HeaderAttempts] header, so
+// the snoozed delivery is not counted: [Msg.Attempt], the backoff and the
+// MaxDeliver limit count only the attempts that failed. The stream must
+// allow message schedules (nats-server 2.12) and hold the subject
+// S.schedule.> of the job's subject S, which the consumer's filter must
+// not match. The schedule is published with a message id made of the
+// stream name and sequence, so snoozing a redelivered job again stores one
+// schedule. If the publish fails, the failure is reported and the job is
+// handed back with NakWithDelay(d), which counts as a delivery.
+//
+// Without this option, a snoozed job is handed back with NakWithDelay(d),
+// and the server counts that delivery towards MaxDeliver. js must not be
+// nil.
+func WithSnooze(js natsjs.JetStream) ConsumerOption {
+	return consumerOption(checked(js != nil, func(s *consumerSettings) { s.snoozeJS = js }, "WithSnooze: nil JetStream"))
 }
 
 // WithErrorHandler sets the function that receives what goes wrong outside

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -23,6 +24,10 @@ const (
 	HeaderSubject  = "Crew-Subject"  // the subject it was published to
 	HeaderDelivery = "Crew-Delivery" // the delivery that failed
 )
+
+// HeaderAttempts is the header of a snoozed job that counts the attempts
+// made before it was snoozed: see [WithSnooze] and [Msg.Attempt].
+const HeaderAttempts = "Crew-Attempts"
 
 // ackTimeout bounds the wait for a DoubleAck and a dead-letter publish.
 const ackTimeout = 5 * time.Second
@@ -55,6 +60,11 @@ func (r *run[T]) process(d *delivery) {
 		finished = true
 		return
 	}
+	if d.msg.Headers().Get(natsjs.ScheduleHeader) != "" {
+		r.skipSchedule(d, meta)
+		finished = true
+		return
+	}
 	m := Msg[T]{Subject: d.msg.Subject(), Header: d.msg.Headers(), Metadata: *meta, Raw: d.msg}
 	if err := recovered(func() error { return r.s.codec.Unmarshal(d.msg.Data(), &m.Value) }); err != nil {
 		r.giveUp(d, meta, fmt.Errorf("decode: %w", err))
@@ -62,7 +72,7 @@ func (r *run[T]) process(d *delivery) {
 		return
 	}
 	err = recovered(func() error { return r.c.handler(r.hardCtx, m) })
-	r.settleOutcome(d, meta, err)
+	r.settleOutcome(d, meta, m.Attempt(), err)
 	finished = true
 }
 
@@ -78,11 +88,11 @@ func recovered(f func() error) (err error) {
 	return f()
 }
 
-// settleOutcome acknowledges, hands back or gives up a message by its
-// handler's error.
-func (r *run[T]) settleOutcome(d *delivery, meta *natsjs.MsgMetadata, err error) {
+// settleOutcome acknowledges, hands back, snoozes or gives up a message by
+// its handler's error; attempt is which attempt at the job it was.
+func (r *run[T]) settleOutcome(d *delivery, meta *natsjs.MsgMetadata, attempt int, err error) {
 	var pe *crew.PanicError
-	delivered := int(meta.NumDelivered)
+	snooze, snoozed := SnoozeDelay(err)
 	switch {
 	case err == nil:
 		r.settle(d, r.ack(d.msg), &r.c.n.acked)
@@ -91,15 +101,71 @@ func (r *run[T]) settleOutcome(d *delivery, meta *natsjs.MsgMetadata, err error)
 		r.giveUp(d, meta, err)
 	case IsPermanent(err):
 		r.giveUp(d, meta, err)
+	case snoozed:
+		r.snooze(d, meta, attempt-1, snooze)
 	case r.hardCtx.Err() != nil:
 		// Stopping: let another consumer have it at once.
 		r.settle(d, d.msg.Nak, &r.c.n.nacked)
-	case r.maxDeliver > 0 && delivered >= r.maxDeliver:
+	case r.maxDeliver > 0 && attempt >= r.maxDeliver:
 		r.giveUp(d, meta, fmt.Errorf("last of %d deliveries failed: %w", r.maxDeliver, err))
 	default:
-		delay := r.s.backoff(delivered)
+		delay := r.s.backoff(attempt)
 		r.settle(d, func() error { return d.msg.NakWithDelay(delay) }, &r.c.n.nacked)
 	}
+}
+
+// snooze has the job of d run again delay later, not counting this
+// delivery: attempts is the attempts made so far. With WithSnooze, it
+// publishes a schedule of a copy of the job and acknowledges d; without,
+// or if the publish fails, it hands d back with NakWithDelay.
+func (r *run[T]) snooze(d *delivery, meta *natsjs.MsgMetadata, attempts int, delay time.Duration) {
+	nak := func() error { return d.msg.NakWithDelay(delay) }
+	if r.s.snoozeJS == nil {
+		r.settle(d, nak, &r.c.n.snoozed)
+		return
+	}
+	if err := r.reschedule(d.msg, meta, attempts, delay); err != nil {
+		r.report(fmt.Errorf("jetstream: snooze %s/%d, handing it back instead: %w", meta.Stream, meta.Sequence.Stream, err))
+		r.settle(d, nak, &r.c.n.snoozed)
+		return
+	}
+	r.settle(d, r.ack(d.msg), &r.c.n.snoozed)
+}
+
+// reschedule publishes a schedule that publishes a copy of m, with
+// attempts in its HeaderAttempts header, to m's subject delay from now, and
+// waits for the server to store it. The server's own headers (Nats-) are
+// not copied: they would make the copy a different kind of message.
+func (r *run[T]) reschedule(m natsjs.Msg, meta *natsjs.MsgMetadata, attempts int, delay time.Duration) error {
+	h := nats.Header{}
+	for k, v := range m.Headers() {
+		if !strings.HasPrefix(strings.ToLower(k), "nats-") {
+			h[k] = append([]string(nil), v...)
+		}
+	}
+	h.Set(HeaderAttempts, strconv.Itoa(attempts))
+	h.Set(natsjs.ScheduleHeader, "@at "+time.Now().Add(delay).UTC().Format(time.RFC3339Nano))
+	h.Set(natsjs.ScheduleTargetHeader, m.Subject())
+	seq := strconv.FormatUint(meta.Sequence.Stream, 10)
+	subj := scheduleSubject(m.Subject(), "snooze-"+seq)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.hardCtx), ackTimeout)
+	defer cancel()
+	_, err := r.s.snoozeJS.PublishMsg(ctx, &nats.Msg{Subject: subj, Header: h, Data: m.Data()},
+		natsjs.WithMsgID("snooze."+meta.Stream+"."+seq))
+	return err
+}
+
+// skipSchedule hands back, without running the handler, a message that is
+// a schedule (it has a Nats-Schedule header), not a job: the server
+// publishes the job when the schedule says, and the consumer's filter
+// should not match the schedule's subject (see Queue). Acknowledging or
+// terminating it would delete it from a work-queue stream, so it is handed
+// back with the longest backoff, and reported.
+func (r *run[T]) skipSchedule(d *delivery, meta *natsjs.MsgMetadata) {
+	r.report(fmt.Errorf("jetstream: message %s/%d (%s) is a message schedule, not a job: not handled; the consumer's filter should not match its subject",
+		meta.Stream, meta.Sequence.Stream, d.msg.Subject()))
+	delay := r.s.backoff(max(int(meta.NumDelivered), 64))
+	r.settle(d, func() error { return d.msg.NakWithDelay(delay) }, &r.c.n.nacked)
 }
 
 // ack returns the acknowledgement to send for m.
