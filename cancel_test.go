@@ -338,6 +338,35 @@ func TestCancelLayerTasks(t *testing.T) {
 	}
 }
 
+// A layer's Submit task that panics ran: it counts in the pool's
+// Panicked and Failed, not in the layer's Cancelled, which counts only the
+// tasks Cancel kept from starting.
+func TestLayerTaskPanicIsNotCancelled(t *testing.T) {
+	leak.Check(t)
+	var handled atomic.Int64
+	p := crew.New(2, crew.WithPanicHandler(func(*crew.PanicError) { handled.Add(1) }))
+	defer p.Stop()
+	sp := crew.NewSubpool(p, 2)
+	layers := append(layersOn(p), layerUnderTest{"Subpool", sp.Submit, sp.Wait, func() crew.LayerStats { return sp.Stats().LayerStats }})
+	for _, l := range layers {
+		t.Run(l.name, func(t *testing.T) {
+			task := l.submit(func(context.Context) error { panic("boom") })
+			var pe *crew.PanicError
+			if err := task.Wait(); !errors.As(err, &pe) || pe.Value != "boom" {
+				t.Fatalf("Wait() = %v, want the task's *PanicError", err)
+			}
+			l.wait()
+			if s := l.stats(); s.Cancelled != 0 || s.Dropped != 0 || s.Unfinished != 0 {
+				t.Errorf("LayerStats after a task panicked = %+v, want nothing cancelled, dropped or unfinished", s)
+			}
+		})
+	}
+	if s := p.Stats(); s.Panicked != uint64(len(layers)) || s.Failed != uint64(len(layers)) || handled.Load() != 0 {
+		t.Errorf("Stats = %+v, panic handler called %d times; want %d panicked and failed, the handler not called (Wait returns the panic)",
+			s, handled.Load(), len(layers))
+	}
+}
+
 // A cancelled layer task that the layer had not reached as the pool shut
 // down counts as cancelled, not dropped.
 func TestCancelLayerTasksRaceShutdown(t *testing.T) {

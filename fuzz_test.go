@@ -17,13 +17,16 @@ import (
 
 // FuzzPool is a model-based test of Pool. The input is a program: a pool
 // configuration and a list of operations (Go, Submit, TryGo, GoContext,
-// Resize, Wait, Stats, Stop, Shutdown, Task.Wait, Task.Cancel, and groups on the pool: a
-// Group, WithLimit(1) or WithAllErrors or not, a ResultGroup and a MapErr,
-// each given up to eight tasks and waited for) split over up to four
-// goroutines that run them at the same time. Tasks are tiny, yield, sleep,
-// panic, call runtime.Goexit, return an error, wait on their context or
-// submit a child (a group task: to its own group). Nothing in a program can
-// block forever.
+// Resize, Wait, Stats, Stop, Shutdown, Pause and Resume, Task.Wait,
+// Task.Cancel, groups on the pool: a Group, WithLimit(1) or WithAllErrors
+// or not, a ResultGroup and a MapErr, each given up to eight tasks and
+// waited for, and a Subpool on the pool, limit 1 to 4, its queue bounded
+// or not: weighted tasks by every Weighted submission form, of weights 1
+// to the limit and invalid ones, and its Wait, Stats, Stop and Shutdown)
+// split over up to four goroutines that run them at the same time. Tasks
+// are tiny, yield, sleep, panic, call runtime.Goexit, return an error,
+// wait on their context or submit a child (a group task: to its own
+// group). Nothing in a program can block forever.
 //
 // The model checks, while the program runs and after the pool has stopped:
 //
@@ -60,7 +63,29 @@ import (
 //   - the counters add up with the group tasks too: the steps that run
 //     them are pool tasks (Submitted, Completed, Dropped), their panics
 //     count in Panicked;
+//   - the weights of the Subpool's tasks running at once never add up to
+//     more than its limit, and its tasks count toward the pool's limit;
+//     a task of an invalid weight is refused with ErrInvalid (TryGo:
+//     false) and never runs, even after the pool stopped; the other
+//     refusals are documented ones, in the state where they may be, as
+//     for the pool's calls (ErrStopped only after the Subpool's or the
+//     pool's Stop or Shutdown began, ErrQueueFull only on its bounded
+//     queue);
+//   - every task the Subpool accepted runs exactly once or is counted in
+//     its Stats as dropped or cancelled (a Subpool Submit task completes
+//     with context.Canceled exactly when Cancel said it kept it from
+//     starting); its Wait, Stop and Shutdown return, when every task the
+//     caller had queued on it before has finished (unless it may have been
+//     dropped); after its Stop or Shutdown, and after the pool stopped,
+//     nothing is Unfinished, Waiting, Running or InUse; the
+//     ShutdownErrors' Dropped are among Stats' Dropped; its tasks'
+//     panics and failures count in the pool's Panicked and Failed, and
+//     its steps, like a group's, in Submitted, Completed and Dropped;
 //   - no goroutine survives (leak.Check).
+//
+// decodeFuzzProgram says how the bytes encode a program; the group
+// operations are described in fuzz_group_test.go, the Subpool's in
+// fuzz_subpool_test.go.
 //
 // The seed corpus is in testdata/fuzz/FuzzPool; `go test` runs it. To
 // search for new failures: go test -run '^$' -fuzz FuzzPool -fuzztime 20s .
@@ -71,13 +96,21 @@ func FuzzPool(f *testing.F) {
 	// deadline has passed, and racing the final Stop.
 	f.Add([]byte("\x00\x00\x00\x05\x02\x3a\x02\x3e\x0a\x80\x1c\x01\x0a\x85\x19\x82\x0a\x8b\x0a\x8f"))
 	f.Add([]byte("\x01\x00\x00\x01\x02\x3e\x0a\x81\x12\x3a\x1a\x83\x0a\x84\x1a\x86"))
+	// Subpool tasks of every weight, invalid ones among them, Go, Submit
+	// and TryGo, a Cancel, a pause, the Subpool's Wait, Stats and Stop,
+	// then submissions to the stopped Subpool.
+	f.Add([]byte("\x13\x00\x00\x01\x01\x8a\x11\xa1\x01\x96\x11\xb8\x01\xdf\x1a\x81\x01\xab\x11\xe0\x01\xe8\x0c\x83\x11\x8d\x01\xf0\x11\x81"))
+	// A Subpool with a bounded non-blocking queue on a pool with a bounded
+	// queue: heavy and light tasks, a Cancel, the Subpool's Shutdown whose
+	// deadline has passed, then the pool's Shutdown.
+	f.Add([]byte("\x79\x09\x00\x1a\x01\x8a\x11\x86\x21\xb1\x01\xac\x11\xc7\x2a\x80\x01\xf8\x11\x8a\x21\xe0\x19\x81"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		leak.Check(t)
 		prog := decodeFuzzProgram(data)
 		m := runFuzzProgram(t, prog)
 		if testing.Verbose() {
-			t.Logf("%s: ops=%d accepted=%d ran=%d dropped=%d cancelled=%d groups=%d group tasks accepted=%d ran=%d",
-				prog, m.ops.Load(), m.acceptedN, m.ranN, m.droppedN, m.cancelledN, len(m.groups), m.groupAcceptedN, m.groupRanN)
+			t.Logf("%s: ops=%d accepted=%d ran=%d dropped=%d cancelled=%d groups=%d group tasks accepted=%d ran=%d Subpool tasks accepted=%d ran=%d",
+				prog, m.ops.Load(), m.acceptedN, m.ranN, m.droppedN, m.cancelledN, len(m.groups), m.groupAcceptedN, m.groupRanN, m.subAcceptedN, m.subRanN)
 		}
 		if path := os.Getenv("CREW_FUZZ_COUNT_FILE"); path != "" {
 			appendFuzzCount(path, m.ops.Load(), m.acceptedN)
@@ -102,8 +135,8 @@ var fuzzKindNames = [fkKinds]string{"noop", "yield", "sleep", "panic", "goexit",
 
 // Operation codes (the low 4 bits of an operation's first byte).
 const (
-	foGo = iota
-	foGo2
+	foGo  = iota
+	foGo2 // Go, or (argument's top bit) an operation on the program's Subpool (fuzz_subpool_test.go)
 	foSubmit
 	foTryGo
 	foGoContext
@@ -136,6 +169,10 @@ type fuzzProgram struct {
 	idle        time.Duration
 	final       byte // 0: Stop, 1: Shutdown(expired), 2: Shutdown(1ms), 3: Shutdown(none)
 	actors      [][]fuzzOp
+
+	subLimit       int // the Subpool's
+	subQueue       int // WithSubpoolQueue; 0: unbounded
+	subNonBlocking bool
 }
 
 func (p fuzzProgram) String() string {
@@ -143,15 +180,16 @@ func (p fuzzProgram) String() string {
 	for _, a := range p.actors {
 		n += len(a)
 	}
-	return fmt.Sprintf("max=%d queue=%d nonblocking=%v min=%d idle=%v actors=%d ops=%d final=%d",
-		p.max, p.queue, p.nonBlocking, p.min, p.idle, len(p.actors), n, p.final)
+	return fmt.Sprintf("max=%d queue=%d nonblocking=%v min=%d idle=%v actors=%d ops=%d final=%d subpool=%d/queue=%d/nonblocking=%v",
+		p.max, p.queue, p.nonBlocking, p.min, p.idle, len(p.actors), n, p.final, p.subLimit, p.subQueue, p.subNonBlocking)
 }
 
 const fuzzMaxOps = 64
 
 // decodeFuzzProgram turns any byte string into a valid program: 4 header
 // bytes, then two bytes per operation (actor<<4 | code, argument). Missing
-// bytes read as zero.
+// bytes read as zero. The header's high bits that the pool does not use
+// configure the Subpool (decodeFuzzSub).
 func decodeFuzzProgram(data []byte) fuzzProgram {
 	at := func(i int) byte {
 		if i < len(data) {
@@ -173,6 +211,7 @@ func decodeFuzzProgram(data []byte) fuzzProgram {
 	}
 	p.idle = fuzzIdleTimes[(h2>>4)&3]
 	p.final = (h3 >> 2) & 3
+	decodeFuzzSub(&p, h0, h3)
 	p.actors = make([][]fuzzOp, 1+int(h3%4))
 	for i := 4; i+1 < len(data) && i < 4+2*fuzzMaxOps; i += 2 {
 		a := int(data[i]>>4) % len(p.actors)
@@ -188,6 +227,8 @@ type fuzzTask struct {
 	accepted  bool       // non-Submit only: the call accepted it
 	refused   bool       // non-Submit only
 	group     *fuzzGroup // a group task, run by a group's step or Wait
+	sub       bool       // a task of the Subpool (then accepted and refused serve Submit too)
+	weight    int        // sub only: its weight, valid or not
 	value     int        // what a ResultGroup or MapErr task returns
 	runs      atomic.Int32
 	finished  atomic.Bool
@@ -198,6 +239,7 @@ type fuzzModel struct {
 	t    *testing.T
 	prog fuzzProgram
 	p    *crew.Pool
+	sub  *fuzzSub
 
 	limitHigh atomic.Int64 // highest limit set or being set
 	resized   atomic.Bool
@@ -224,6 +266,7 @@ type fuzzModel struct {
 
 	acceptedN, ranN, droppedN, cancelledN int // filled by check
 	groupAcceptedN, groupRanN             int
+	subAcceptedN, subRanN                 int
 }
 
 // errorf reports a failure. Goroutines of a program that hung may still
@@ -250,6 +293,10 @@ func (m *fuzzModel) body(ft *fuzzTask, ctx context.Context) error {
 		m.errorf("a %s task ran %d times", fuzzKindNames[ft.kind], n)
 	}
 	onWorker := true
+	if ft.sub {
+		m.sub.enter(m, ft)
+		defer m.sub.leave(ft)
+	}
 	if g := ft.group; g != nil {
 		onWorker = g.enter(ft)
 		defer g.leave(ft)
@@ -361,6 +408,7 @@ func runFuzzProgram(t *testing.T, prog fuzzProgram) *fuzzModel {
 		opts = append(opts, crew.WithNonBlocking())
 	}
 	m.p = crew.New(prog.max, opts...)
+	m.sub = newFuzzSub(m.p, prog)
 	if w := m.p.Stats().Workers; w != prog.min {
 		t.Errorf("New started %d workers, want the minimum %d", w, prog.min)
 	}
@@ -404,6 +452,12 @@ func (m *fuzzModel) actor(ops []fuzzOp) {
 		count := 1 + int(op.arg>>3)&7
 		switch op.code {
 		case foGo, foGo2, foNested:
+			if op.code == foGo2 && op.arg&0x80 != 0 {
+				if !m.subOp(&mine, op.arg) {
+					return
+				}
+				continue
+			}
 			if op.code == foNested {
 				kind = fkNested
 			}
@@ -491,6 +545,7 @@ func (m *fuzzModel) actor(ops []fuzzOp) {
 			}
 			for _, ft := range mine {
 				switch {
+				case ft.sub: // Subpool.Wait's (subSettled)
 				case ft.submit:
 					select {
 					case <-ft.task.Done():
@@ -655,26 +710,21 @@ func (m *fuzzModel) checkLiveStats() {
 	if os.Getenv("CREW_FUZZ_STRICT") == "1" && int64(s.Running) > lim {
 		m.errorf("Stats: Running %d, the limit was never above %d", s.Running, lim)
 	}
+	m.checkLiveSubStats()
 }
 
 // check runs after the pool has stopped and every actor has returned.
 func (m *fuzzModel) check() {
 	t, p := m.t, m.p
-	var accepted, ran, droppedSubmit, cancelled, panicked, goPanics, failed int
+	var accepted, droppedSubmit, cancelled, failed int
+	var rc fuzzRunCounts
 	for _, ft := range m.tasks {
 		runs := int(ft.runs.Load())
 		isAccepted := ft.accepted
 		if ft.submit {
-			var err error
-			select {
-			case <-ft.task.Done():
-				err = ft.task.Wait()
-			default:
-				t.Errorf("a %s Submit task is not done after the pool stopped (runs=%d)", fuzzKindNames[ft.kind], runs)
+			err, done := m.doneErr(ft, "")
+			if !done {
 				continue
-			}
-			if (err == context.Canceled) != ft.cancelled.Load() {
-				t.Errorf("a %s Submit task completed with %v; Cancel kept it from starting: %v", fuzzKindNames[ft.kind], err, ft.cancelled.Load())
 			}
 			switch {
 			case err == context.Canceled:
@@ -701,27 +751,8 @@ func (m *fuzzModel) check() {
 				}
 			default:
 				isAccepted = true
-				if runs != 1 {
-					t.Errorf("a %s Submit task completed with %v but ran %d times", fuzzKindNames[ft.kind], err, runs)
-				}
-				var want error
-				switch ft.kind {
-				case fkPanic:
-					var pe *crew.PanicError
-					if !errors.As(err, &pe) || !errors.Is(err, errFuzzPanic) {
-						t.Errorf("a panicking Submit task completed with %v", err)
-					}
+				if m.checkRanErr(ft, err, "Submit") {
 					failed++
-					want = err
-				case fkGoexit:
-					want = crew.ErrGoexit
-					failed++
-				case fkError:
-					want = errFuzzTask
-					failed++
-				}
-				if err != want {
-					t.Errorf("a %s Submit task completed with %v, want %v", fuzzKindNames[ft.kind], err, want)
 				}
 			}
 		} else if ft.refused && runs != 0 {
@@ -733,26 +764,21 @@ func (m *fuzzModel) check() {
 			continue
 		}
 		accepted++
-		if runs == 1 {
-			ran++
-			if !ft.finished.Load() {
-				t.Errorf("a %s task that ran did not finish", fuzzKindNames[ft.kind])
-			}
-			if ft.kind == fkPanic {
-				panicked++
-				if !ft.submit {
-					goPanics++
-				}
-			}
-		}
+		rc.count(t, ft, "")
 	}
 	groupPanics, unseenPanics := m.checkGroups()
+	sub, subFailed := m.checkSub()
+	ran := rc.ran
+	panicked, goPanics := rc.panicked+sub.panicked, rc.goPanics+sub.goPanics
+	failed += subFailed
 	s := p.Stats()
 	m.acceptedN, m.ranN, m.droppedN, m.cancelledN = accepted, ran, int(s.Dropped), cancelled
-	// A group runs its tasks in steps, pool tasks that the model does not
-	// count: with groups, Submitted, Completed and Dropped also count the
-	// steps, and only bound what the model counts.
-	grouped := m.grouped.Load()
+	// A group or a Subpool runs its tasks in steps, pool tasks that the
+	// model does not count: with groups or Subpool tasks, Submitted,
+	// Completed and Dropped also count the steps, and only bound what the
+	// model counts. (The Subpool's tasks are counted in its own Stats:
+	// checkSub.)
+	grouped := m.grouped.Load() || m.sub.accepted.Load()
 	if lost := accepted - ran - int(s.Dropped) - cancelled; lost > 0 || lost < 0 && !grouped {
 		t.Errorf("accepted %d tasks, %d ran, %d were dropped and %d cancelled: %d lost (or run twice)", accepted, ran, s.Dropped, cancelled, lost)
 	}
@@ -776,17 +802,17 @@ func (m *fuzzModel) check() {
 	}
 	switch {
 	case s.Submitted < uint64(accepted), s.Submitted != uint64(accepted) && !grouped:
-		t.Errorf("Stats.Submitted = %d, %d tasks were accepted (groups: %v)", s.Submitted, accepted, grouped)
+		t.Errorf("Stats.Submitted = %d, %d tasks were accepted (groups or Subpool tasks: %v)", s.Submitted, accepted, grouped)
 	case s.Completed < uint64(ran), s.Completed != uint64(ran) && !grouped:
-		t.Errorf("Stats.Completed = %d, %d tasks ran (groups: %v)", s.Completed, ran, grouped)
+		t.Errorf("Stats.Completed = %d, %d tasks ran (groups or Subpool tasks: %v)", s.Completed, ran, grouped)
 	case s.Submitted != s.Completed+s.Dropped+s.Cancelled:
 		t.Errorf("Stats: Submitted %d != Completed %d + Dropped %d + Cancelled %d", s.Submitted, s.Completed, s.Dropped, s.Cancelled)
 	case s.Panicked != uint64(panicked+groupPanics):
-		t.Errorf("Stats.Panicked = %d, %d tasks and %d group tasks panicked", s.Panicked, panicked, groupPanics)
+		t.Errorf("Stats.Panicked = %d, %d tasks (%d of the Subpool) and %d group tasks panicked", s.Panicked, panicked, sub.panicked, groupPanics)
 	case s.Failed != uint64(failed):
-		t.Errorf("Stats.Failed = %d, %d Submit tasks failed", s.Failed, failed)
+		t.Errorf("Stats.Failed = %d, %d Submit tasks (%d of the Subpool) failed", s.Failed, failed, subFailed)
 	case m.handled.Load() != int64(goPanics+unseenPanics):
-		t.Errorf("the panic handler got %d panics, %d Go tasks panicked, %d group tasks' panics went unreported", m.handled.Load(), goPanics, unseenPanics)
+		t.Errorf("the panic handler got %d panics, %d Go tasks (%d of the Subpool) panicked, %d group tasks' panics went unreported", m.handled.Load(), goPanics, sub.goPanics, unseenPanics)
 	case s.Workers != 0 || s.Idle != 0 || s.Running != 0 || s.Queued != 0:
 		t.Errorf("Stats after the pool stopped: %+v", s)
 	}
@@ -796,6 +822,73 @@ func (m *fuzzModel) check() {
 	if !m.resized.Load() && m.peak.Load() > int64(m.prog.max) {
 		t.Errorf("%d tasks ran at once with a limit of %d", m.peak.Load(), m.prog.max)
 	}
+}
+
+// doneErr returns the error of ft, a Submit task (of the Subpool: what is
+// "Subpool "), after the pool has stopped, and reports whether it is done,
+// as it must be. It completed with context.Canceled exactly when a Cancel
+// call said it kept it from starting.
+func (m *fuzzModel) doneErr(ft *fuzzTask, what string) (err error, done bool) {
+	select {
+	case <-ft.task.Done():
+		err = ft.task.Wait()
+	default:
+		m.t.Errorf("a %s %sSubmit task is not done after the pool stopped (runs=%d)", fuzzKindNames[ft.kind], what, ft.runs.Load())
+		return nil, false
+	}
+	if (err == context.Canceled) != ft.cancelled.Load() {
+		m.t.Errorf("a %s %sSubmit task completed with %v; Cancel kept it from starting: %v", fuzzKindNames[ft.kind], what, err, ft.cancelled.Load())
+	}
+	return err, true
+}
+
+// fuzzRunCounts counts the accepted tasks that ran, those of them that
+// panicked, and of those the Go tasks (the panic handler got them).
+type fuzzRunCounts struct{ ran, panicked, goPanics int }
+
+// count counts ft, an accepted task (of the Subpool: what is "Subpool "),
+// if it ran.
+func (c *fuzzRunCounts) count(t *testing.T, ft *fuzzTask, what string) {
+	if ft.runs.Load() != 1 {
+		return
+	}
+	c.ran++
+	if !ft.finished.Load() {
+		t.Errorf("a %s %stask that ran did not finish", fuzzKindNames[ft.kind], what)
+	}
+	if ft.kind == fkPanic {
+		c.panicked++
+		if !ft.submit {
+			c.goPanics++
+		}
+	}
+}
+
+// checkRanErr checks err, what a Submit task (call names the form) that
+// was neither refused, dropped nor cancelled completed with, against its
+// kind, and reports whether the task failed.
+func (m *fuzzModel) checkRanErr(ft *fuzzTask, err error, call string) (failed bool) {
+	t := m.t
+	if runs := ft.runs.Load(); runs != 1 {
+		t.Errorf("a %s %s task completed with %v but ran %d times", fuzzKindNames[ft.kind], call, err, runs)
+	}
+	var want error
+	switch ft.kind {
+	case fkPanic:
+		var pe *crew.PanicError
+		if !errors.As(err, &pe) || !errors.Is(err, errFuzzPanic) {
+			t.Errorf("a panicking %s task completed with %v", call, err)
+		}
+		want = err
+	case fkGoexit:
+		want = crew.ErrGoexit
+	case fkError:
+		want = errFuzzTask
+	}
+	if err != want {
+		t.Errorf("a %s %s task completed with %v, want %v", fuzzKindNames[ft.kind], call, err, want)
+	}
+	return want != nil
 }
 
 var fuzzCountMu sync.Mutex

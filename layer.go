@@ -222,8 +222,9 @@ func (e layerEntry) refuse(err error) {
 
 // dropEntries counts out entries that were accepted and will not run: a
 // Task finishes with ErrDropped (unless Task.Cancel finished it: then it
-// counts as cancelled), and a step tells its layer.
-func (l *layer) dropEntries(es ...layerEntry) {
+// counts as cancelled), and a step tells its layer. It returns how many it
+// counted as dropped.
+func (l *layer) dropEntries(es ...layerEntry) int {
 	var cancelled uint64
 	for _, e := range es {
 		switch {
@@ -240,6 +241,7 @@ func (l *layer) dropEntries(es ...layerEntry) {
 		l.dropped.Add(uint64(n) - cancelled)
 		l.done(n)
 	}
+	return len(es) - int(cancelled)
 }
 
 // holdDrop keeps Stop and Shutdown from returning (see end) until
@@ -252,14 +254,15 @@ func (l *layer) holdDrop() {
 	}
 }
 
-// dropTaken drops entries taken under holdDrop, then lets Stop return.
-func (l *layer) dropTaken(es []layerEntry) {
+// dropTaken drops entries taken under holdDrop, then lets Stop return. It
+// returns how many it counted as dropped (see dropEntries).
+func (l *layer) dropTaken(es []layerEntry) int {
 	defer func() {
 		if l.p != nil {
 			l.p.c.end.release()
 		}
 	}()
-	l.dropEntries(es...)
+	return l.dropEntries(es...)
 }
 
 // layer is the accounting a layer shares with the others: its executor and

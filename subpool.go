@@ -303,13 +303,13 @@ func (s *Subpool) Shutdown(ctx context.Context) error {
 		return nil
 	}
 	s.mu.Lock()
-	dropped := s.takeAll()
+	taken := s.takeAll()
 	l.holdDrop()
 	s.mu.Unlock()
 	s.room.Broadcast()
-	l.dropTaken(dropped)
+	dropped := l.dropTaken(taken) // not those that Task.Cancel finished: they count as cancelled
 	l.wait("Subpool") // for the running tasks
-	return &ShutdownError{Dropped: len(dropped), Err: err}
+	return &ShutdownError{Dropped: dropped, Err: err}
 }
 
 // close makes s refuse new work.

@@ -350,6 +350,50 @@ func TestSubpoolShutdown(t *testing.T) {
 	}
 }
 
+// A queued task that Task.Cancel kept from starting is not one that the
+// Subpool's Shutdown drops: its ShutdownError counts only the dropped
+// ones, as Stats' Dropped does, and the cancelled one counts in
+// Cancelled.
+func TestSubpoolShutdownLeavesCancelledOut(t *testing.T) {
+	leak.Check(t)
+	p := crew.New(2)
+	defer p.Stop()
+	s := crew.NewSubpool(p, 1)
+	release := make(chan struct{})
+	started := make(chan struct{})
+	s.Go(func() { close(started); <-release })
+	recvWithin(t, started, "the running task")
+	var ran atomic.Bool
+	queued := make([]*crew.Task, 3)
+	for i := range queued {
+		queued[i] = s.Submit(func(context.Context) error { ran.Store(true); return nil })
+	}
+	if !queued[1].Cancel() {
+		t.Fatal("Cancel of a queued Subpool task = false")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	done := make(chan error)
+	go func() { done <- s.Shutdown(ctx) }()
+	for _, i := range []int{0, 2} {
+		<-queued[i].Done()
+	}
+	close(release)
+	err := recvWithin(t, done, "Shutdown")
+	var se *crew.ShutdownError
+	if !errors.As(err, &se) || se.Dropped != 2 {
+		t.Fatalf("Shutdown = %v, want a ShutdownError of 2 dropped", err)
+	}
+	for i, want := range []error{crew.ErrDropped, context.Canceled, crew.ErrDropped} {
+		if err := queued[i].Wait(); err != want {
+			t.Errorf("task %d: %v, want %v", i, err, want)
+		}
+	}
+	if st := s.Stats(); st.Dropped != 2 || st.Cancelled != 1 || st.Unfinished != 0 || ran.Load() {
+		t.Errorf("Stats = %+v, a queued task ran: %v; want 2 dropped, 1 cancelled, none ran", st, ran.Load())
+	}
+}
+
 // Stop of the pool runs every task the Subpool accepted, its waiting ones
 // included, on the stopping pool's workers.
 func TestSubpoolPoolStop(t *testing.T) {

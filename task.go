@@ -227,8 +227,9 @@ func (t *Task) abort(err error) {
 func (t *Task) run() { t.exec() }
 
 // exec is run, and reports whether t ran: false when it was cancelled, or
-// dropped, before the worker could begin it (see passedOver).
-func (t *Task) exec() bool {
+// dropped, before the worker could begin it (see passedOver). A task that
+// panicked ran too.
+func (t *Task) exec() (ran bool) {
 	p := t.p
 	c := &p.c
 	if !t.start() {
@@ -243,6 +244,7 @@ func (t *Task) exec() bool {
 		if returned {
 			return
 		}
+		ran = true // a recovered panic returns from exec too
 		t.ended()
 		c.failed.Add(1)
 		var v any
