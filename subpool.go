@@ -308,7 +308,7 @@ func (s *Subpool) Shutdown(ctx context.Context) error {
 	s.mu.Unlock()
 	s.room.Broadcast()
 	dropped := l.dropTaken(taken) // not those that Task.Cancel finished: they count as cancelled
-	l.wait("Subpool") // for the running tasks
+	l.wait("Subpool")             // for the running tasks
 	return &ShutdownError{Dropped: dropped, Err: err}
 }
 
