@@ -22,15 +22,19 @@ import (
 type Handler[T any] func(ctx context.Context, m Msg[T]) error
 
 // A Consumer feeds the messages of a JetStream pull consumer
-// ([natsjs.Consumer]) to a [crew.Pool]. Make one with [NewConsumer] and
-// start it with [Consumer.Run].
+// ([natsjs.Consumer]) to a [crew.Executor]: a [crew.Pool], or a
+// [crew.Subpool] or [crew.RateLimited] in front of one, optionally through
+// a [crew.Keyed] ([WithKeyed]) or a [crew.Priority] ([WithPriority]), so
+// that a pool's limit, a Subpool's share, a rate, per-key order and
+// priorities apply to consumed messages as to local tasks. Make one with
+// [NewConsumer] and start it with [Consumer.Run].
 //
 // It fetches only as many messages as it has room for ([WithMaxInFlight],
-// by default the pool's worker limit up to [DefaultMaxInFlight]), so that
+// by default the executor's limit up to [DefaultMaxInFlight]), so that
 // the server's redelivery accounting, MaxAckPending and other consumers see
 // the messages this one cannot start yet. Each message is decoded with the
-// [Codec] into a [Msg] and passed to the [Handler] on the pool; its outcome
-// settles it:
+// [Codec] into a [Msg] and passed to the [Handler] on the executor; its
+// outcome settles it:
 //
 //   - nil: Ack (DoubleAck [WithDoubleAck]);
 //   - an error: NakWithDelay with the backoff for its delivery count
@@ -42,44 +46,65 @@ type Handler[T any] func(ctx context.Context, m Msg[T]) error
 // redelivered, and reports a [MessageError] to the error handler
 // ([WithErrorHandler]).
 //
-// While a message is held, the consumer sends InProgress heartbeats for it
-// ([WithHeartbeat]), so long tasks are not redelivered to another consumer.
+// While a message is held, from its arrival through the executor's or a
+// layer's queue to the end of its handler, the consumer sends InProgress
+// heartbeats for it ([WithHeartbeat]), so that neither a long task nor a
+// long wait gets it redelivered to another consumer.
 //
 // The consumer must be a durable or named pull consumer with the explicit
 // ack policy ([natsjs.AckExplicitPolicy]). Any number of Consumers, in this
 // process or others, may share it; the server spreads the messages among
-// them.
+// them. Its MaxAckPending (1000 by default) bounds the messages they all
+// hold unacknowledged together: it is the concurrency limit across the
+// cluster, while the executor and WithMaxInFlight bound one Consumer.
 type Consumer[T any] struct {
 	cons    natsjs.Consumer
-	pool    *crew.Pool
+	ex      executor
+	route   *msgRoute[T] // WithKeyed or WithPriority; nil: tasks go to ex
 	handler Handler[T]
 	s       consumerSettings
 	running atomic.Bool
 	n       counters
 }
 
-// NewConsumer returns a [Consumer] that runs handler on pool for the
-// messages of cons, configured by opts ([ConsumerOption]). Nothing happens
-// until [Consumer.Run]. NewConsumer panics, with an error wrapping
-// [crew.ErrInvalid], if an argument or an option is nil, an option is
-// invalid, or pool was not made by [crew.New]: a zero [crew.Pool], which
-// takes no task, is recognized by its [crew.Pool.Stats], which report no
-// worker limit.
-func NewConsumer[T any](cons natsjs.Consumer, pool *crew.Pool, handler Handler[T], opts ...ConsumerOption) *Consumer[T] {
-	var argErr error
+// NewConsumer returns a [Consumer] that runs handler on ex for the
+// messages of cons, configured by opts ([ConsumerOption]). ex is a
+// [*crew.Pool] (a *Pool passes as it is), a [*crew.Subpool] or a
+// [*crew.RateLimited]; [WithKeyed] and [WithPriority] route the messages
+// through a layer built on it. Nothing happens until [Consumer.Run].
+//
+// NewConsumer panics, with an error wrapping [crew.ErrInvalid], if an
+// argument or an option is nil, an option is invalid, [WithPulls] above 1
+// is given with WithKeyed or WithPriority, or ex is a zero Pool or Subpool,
+// which take no task (a Pool not made by [crew.New] is recognized by its
+// [crew.Pool.Stats], which report no worker limit). A zero RateLimited or
+// layer is reported by Run, which stops with the error of the first
+// submission it refuses.
+func NewConsumer[T any](cons natsjs.Consumer, ex crew.Executor, handler Handler[T], opts ...ConsumerOption) *Consumer[T] {
+	e, argErr := newExecutor(ex)
 	switch {
 	case cons == nil:
-		argErr = invalid("NewConsumer: nil consumer")
-	case pool == nil:
-		argErr = invalid("NewConsumer: nil pool")
-	case pool.Stats().MaxWorkers == 0:
-		argErr = invalid("NewConsumer: zero pool: make it with crew.New")
+		argErr = errors.Join(invalid("NewConsumer: nil consumer"), argErr)
 	case handler == nil:
-		argErr = invalid("NewConsumer: nil handler")
+		argErr = errors.Join(argErr, invalid("NewConsumer: nil handler"))
 	}
 	s := defaultConsumerSettings()
-	applyOptions("NewConsumer", &s, argErr, opts, ConsumerOption.applyConsumer)
-	return &Consumer[T]{cons: cons, pool: pool, handler: handler, s: s}
+	var route *msgRoute[T]
+	applyOptions("NewConsumer", &s, argErr, opts, ConsumerOption.applyConsumer, func(s *consumerSettings) error {
+		if s.route == nil {
+			return nil
+		}
+		var ok bool
+		if route, ok = s.route.(*msgRoute[T]); !ok {
+			return invalid("NewConsumer: the function given to %s takes another message type than the consumer's Msg[%T]", s.route.option(), *new(T))
+		}
+		if s.pullsSet && s.pulls > 1 {
+			return invalid("NewConsumer: WithPulls(%d) with %s: a routed consumer keeps one pull open, so that messages are queued in the order the server sent them", s.pulls, route.name)
+		}
+		s.pulls = 1
+		return nil
+	})
+	return &Consumer[T]{cons: cons, ex: e, route: route, handler: handler, s: s}
 }
 
 // Run fetches messages and processes them until ctx is cancelled, then
@@ -103,7 +128,7 @@ func NewConsumer[T any](cons natsjs.Consumer, pool *crew.Pool, handler Handler[T
 // wrapping [crew.ErrInvalid] for a nil ctx, and for a nil Consumer or one
 // not made by [NewConsumer].
 func (c *Consumer[T]) Run(ctx context.Context) error {
-	if c == nil || c.cons == nil || c.pool == nil || c.handler == nil {
+	if c == nil || c.cons == nil || c.ex.ex == nil || c.handler == nil {
 		return invalid("Consumer.Run: consumer not made by NewConsumer")
 	}
 	if ctx == nil {
@@ -183,7 +208,9 @@ func heartbeatInterval(cfg natsjs.ConsumerConfig) time.Duration {
 type delivery struct {
 	msg     natsjs.Msg
 	settled atomic.Bool
-	last    time.Time // arrival or last heartbeat; guarded by run.mu
+	started atomic.Bool // its task has begun
+	last    time.Time   // arrival or last heartbeat; guarded by run.mu
+	task    *crew.Task  // its task, if submitted with one; guarded by run.mu
 }
 
 // run is the state of one call of Run.
@@ -235,7 +262,7 @@ func newRun[T any](c *Consumer[T], info *natsjs.ConsumerInfo) *run[T] {
 	}
 	limit := c.s.maxInFlight
 	if limit == 0 {
-		limit = min(max(1, c.pool.Stats().MaxWorkers), DefaultMaxInFlight)
+		limit = min(c.ex.limit(), DefaultMaxInFlight)
 	}
 	r.credits.free = limit
 	return r
@@ -246,11 +273,16 @@ func (r *run[T]) run(ctx context.Context) error {
 	defer r.loopCancel()
 	r.hardCtx, r.hardCancel = context.WithCancel(context.WithoutCancel(ctx))
 	defer r.hardCancel()
-	poolDone := r.c.pool.Context().Done()
-	unwatch := context.AfterFunc(r.c.pool.Context(), func() {
-		r.fail(fmt.Errorf("jetstream: pool context ended: %w", crew.ErrStopped))
-	})
-	defer unwatch()
+	// A pool is watched; another executor's pool is noticed through the
+	// tasks it refuses, drops (see dropped) or cancels.
+	var poolDone <-chan struct{}
+	if p := r.c.ex.pool; p != nil {
+		poolDone = p.Context().Done()
+		unwatch := context.AfterFunc(p.Context(), func() {
+			r.fail(fmt.Errorf("jetstream: pool context ended: %w", crew.ErrStopped))
+		})
+		defer unwatch()
+	}
 
 	beatStop, beatDone := make(chan struct{}), make(chan struct{})
 	go r.heartbeats(beatStop, beatDone)

@@ -70,6 +70,8 @@ type consumerSettings struct {
 	deadSubject  string
 	onError      func(error)
 	doubleAck    bool
+	route        routeName // WithKeyed or WithPriority: a *msgRoute[T]; nil: none
+	pullsSet     bool      // WithPulls was given
 }
 
 func defaultConsumerSettings() consumerSettings {
@@ -118,11 +120,12 @@ func checked[S any](ok bool, set func(*S), format string, args ...any) func(*S) 
 	}
 }
 
-// applyOptions applies opts to s with apply, then panics, if argErr (the
-// error of the constructor's own arguments) or any option's error is not
-// nil, or an option is nil, with all of them joined. constructor names the
-// function whose options they are.
-func applyOptions[O, S any](constructor string, s *S, argErr error, opts []O, apply func(O, *S) error) {
+// applyOptions applies opts to s with apply, then checks s with each of
+// checks, then panics, if argErr (the error of the constructor's own
+// arguments), any option's error or any check's is not nil, or an option
+// is nil, with all of them joined. constructor names the function whose
+// options they are.
+func applyOptions[O, S any](constructor string, s *S, argErr error, opts []O, apply func(O, *S) error, checks ...func(*S) error) {
 	errs := []error{argErr}
 	for i, o := range opts {
 		if any(o) == nil { // o is an interface: nil only if it holds nothing
@@ -130,6 +133,9 @@ func applyOptions[O, S any](constructor string, s *S, argErr error, opts []O, ap
 			continue
 		}
 		errs = append(errs, apply(o, s))
+	}
+	for _, check := range checks {
+		errs = append(errs, check(s))
 	}
 	if err := errors.Join(errs...); err != nil {
 		panic(err)
@@ -181,7 +187,7 @@ func WithMaxFetch(n int) ConsumerOption {
 // the room that finished tasks made. The consumer's MaxWaiting, the pulls
 // the server lets wait, bounds n. n must be positive.
 func WithPulls(n int) ConsumerOption {
-	return positive("WithPulls", n, func(s *consumerSettings) { s.pulls = n })
+	return positive("WithPulls", n, func(s *consumerSettings) { s.pulls, s.pullsSet = n, true })
 }
 
 // positive is an option that applies set if n, its argument, is positive,
