@@ -82,10 +82,10 @@ type Consumer[T any] struct {
 // submission it refuses.
 func NewConsumer[T any](cons natsjs.Consumer, ex crew.Executor, handler Handler[T], opts ...ConsumerOption) *Consumer[T] {
 	e, argErr := newExecutor(ex)
-	switch {
-	case cons == nil:
+	if cons == nil {
 		argErr = errors.Join(invalid("NewConsumer: nil consumer"), argErr)
-	case handler == nil:
+	}
+	if handler == nil {
 		argErr = errors.Join(argErr, invalid("NewConsumer: nil handler"))
 	}
 	s := defaultConsumerSettings()
@@ -96,7 +96,7 @@ func NewConsumer[T any](cons natsjs.Consumer, ex crew.Executor, handler Handler[
 		}
 		var ok bool
 		if route, ok = s.route.(*msgRoute[T]); !ok {
-			return invalid("NewConsumer: the function given to %s takes another message type than the consumer's Msg[%T]", s.route.option(), *new(T))
+			return invalid("NewConsumer: the function given to %s takes a Msg[%s], the consumer's messages are Msg[%T]", s.route.option(), s.route.msgType(), *new(T))
 		}
 		if s.pullsSet && s.pulls > 1 {
 			return invalid("NewConsumer: WithPulls(%d) with %s: a routed consumer keeps one pull open, so that messages are queued in the order the server sent them", s.pulls, route.name)

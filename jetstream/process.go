@@ -308,13 +308,10 @@ func (r *run[T]) reclaim() {
 	}
 	r.mu.Unlock()
 	for _, d := range lost {
-		if d.started.Load() {
-			continue
-		}
-		err := d.task.Wait()
-		if r.settle(d, d.msg.Nak, &r.c.n.nacked) {
-			r.fail(fmt.Errorf("jetstream: the executor dropped a message (%w): %w", err, crew.ErrStopped))
-		}
+		// Stop fetching first, so that the pulls open take fewer of the
+		// messages handed back.
+		r.fail(fmt.Errorf("jetstream: the executor dropped a message (%w): %w", d.task.Wait(), crew.ErrStopped))
+		r.settle(d, d.msg.Nak, &r.c.n.nacked)
 	}
 }
 

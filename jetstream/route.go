@@ -2,6 +2,7 @@ package jetstream
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/gocrew/crew"
 )
@@ -96,11 +97,15 @@ type msgRoute[T any] struct {
 	submit func(ctx context.Context, m *Msg[T], task func(context.Context) error) *crew.Task
 }
 
-// routeName returns the name of the option that made a route, whatever
-// its message type.
-type routeName interface{ option() string }
+// routeName names the option that made a route and its message type,
+// whatever that type is.
+type routeName interface {
+	option() string
+	msgType() string
+}
 
-func (r *msgRoute[T]) option() string { return r.name }
+func (r *msgRoute[T]) option() string  { return r.name }
+func (r *msgRoute[T]) msgType() string { return fmt.Sprintf("%T", *new(T)) }
 
 // setRoute records the route of a WithKeyed or WithPriority option, and
 // fails if one was recorded already.
