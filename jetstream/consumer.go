@@ -17,8 +17,8 @@ import (
 // acknowledges the message; an error hands it back for redelivery after a
 // backoff ([WithBackoff]), or gives it up when it is [Permanent] or the
 // consumer's MaxDeliver is reached; a panic gives it up at once. ctx is
-// cancelled when the drain timeout of [Consumer.Run] passes or the pool's
-// context ([crew.Pool.Context]) ends.
+// cancelled when the drain timeout of [Consumer.Run] passes or the context
+// of the pool that runs it ([crew.Pool.Context]) ends.
 type Handler[T any] func(ctx context.Context, m Msg[T]) error
 
 // A Consumer feeds the messages of a JetStream pull consumer
@@ -109,19 +109,25 @@ func NewConsumer[T any](cons natsjs.Consumer, ex crew.Executor, handler Handler[
 
 // Run fetches messages and processes them until ctx is cancelled, then
 // drains: it stops fetching, hands back (Nak) the messages that arrive from
-// pulls still open, waits for the messages in flight to finish, and, if the
-// drain timeout ([WithDrainTimeout]) passes first, cancels the handlers'
-// context, hands back the unfinished messages and waits for the handlers to
-// return. Run returns nil after a clean drain, an error wrapping
-// [ErrDrainTimeout] if messages were handed back unfinished, and, after the
-// same drain, the error that stopped it otherwise: the consumer was
-// deleted, the connection was closed (noticed at the next pull,
-// acknowledgement or heartbeat), the pool was stopped or its context
-// ended (an error wrapping [crew.ErrStopped]), or the pool refused a message
-// for another reason (its error; the message is handed back). Pulls that
-// fail for other reasons, such as a server restart, are reported to the
-// error handler ([WithErrorHandler]) and retried with backoff; a connection that is
-// reconnecting is waited for.
+// pulls still open, waits for the messages in flight, queued or running,
+// to finish, and, if the drain timeout ([WithDrainTimeout]) passes first,
+// cancels the handlers' context, hands back the unfinished messages (those
+// still queued in a layer included, whose tasks then return at once) and
+// waits for the handlers to return. Run returns nil after a clean drain,
+// an error wrapping [ErrDrainTimeout] if messages were handed back
+// unfinished, and, after the same drain, the error that stopped it
+// otherwise: the consumer was deleted, the connection was closed (noticed
+// at the next pull, acknowledgement or heartbeat), the pool was stopped
+// or its context ended, or the executor dropped a message it had
+// accepted, as a RateLimited, a Subpool or a layer does when it or its
+// pool stops (an error wrapping [crew.ErrStopped]; the dropped message is
+// handed back, noticed within a fetch wait, [WithFetchWait]), or the
+// executor refused a message for another reason (its error; the message
+// is handed back). Run watches a [crew.Pool] given to [NewConsumer] for
+// its end; another executor's pool is noticed through the messages it
+// refuses or drops. Pulls that fail for other reasons, such as a server
+// restart, are reported to the error handler ([WithErrorHandler]) and
+// retried with backoff; a connection that is reconnecting is waited for.
 //
 // A Consumer runs at most once at a time; Run returns [ErrRunning]
 // otherwise. It may be run again after Run returns. Run returns an error
@@ -159,7 +165,7 @@ type Stats struct {
 	Nacked       uint64 // handed back for redelivery: failed, or not finished when stopping
 	Terminated   uint64 // given up on (Term)
 	DeadLettered uint64 // published to the dead-letter subject before Term
-	Panicked     uint64 // handler panics recovered
+	Panicked     uint64 // panics recovered: of handlers, and of WithKeyed's and WithPriority's functions
 	Heartbeats   uint64 // InProgress notices sent
 	InFlight     int    // messages held now: fetched and not settled
 }
