@@ -88,6 +88,32 @@ func TestBadInputs(t *testing.T) {
 			return errors.New("Run did not return within 5s of its context ending")
 		}
 	}
+	// runsOne runs c on a fresh message until its stats satisfy done,
+	// then stops it and returns Run's error.
+	runsOne := func(t *testing.T, c *Consumer[item], what string, done func(Stats) bool) error {
+		from := int(sent.Add(1)) - 1
+		publish(t, js, "jobs.new", item{ID: from})
+		runCtx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		errc := make(chan error, 1)
+		go func() { errc <- c.Run(runCtx) }()
+		waitFor(t, 5*time.Second, what, func() bool { return done(c.Stats()) })
+		cancel()
+		return <-errc
+	}
+	// refused runs c on a fresh message and returns the error Run stops
+	// with, which it must do on its own within a few seconds.
+	refused := func(t *testing.T, c *Consumer[item]) error {
+		from := int(sent.Add(1)) - 1
+		publish(t, js, "jobs.new", item{ID: from})
+		runCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		err := c.Run(runCtx)
+		if runCtx.Err() != nil {
+			return fmt.Errorf("Run did not stop on its own: %w", err)
+		}
+		return err
+	}
 	// runsWith runs a new consumer built with o as runs does.
 	runsWith := func(t *testing.T, o ...ConsumerOption) error { return runs(t, newConsumer(t, nop, o...)) }
 	newPublisher := func(o ...PublisherOption) *Publisher[item] {
@@ -151,6 +177,38 @@ func TestBadInputs(t *testing.T) {
 		{"NewConsumer nil option", func(*testing.T) error {
 			return panicValue(func() { NewConsumer(fakeConsumer{}, pool, nop, WithDoubleAck(), nil) })
 		}, crew.ErrInvalid},
+		{"NewConsumer nil *Pool executor", func(*testing.T) error {
+			return panicValue(func() { NewConsumer(fakeConsumer{}, (*crew.Pool)(nil), nop) })
+		}, crew.ErrInvalid},
+		{"NewConsumer nil Subpool", func(*testing.T) error {
+			return panicValue(func() { NewConsumer(fakeConsumer{}, (*crew.Subpool)(nil), nop) })
+		}, crew.ErrInvalid},
+		{"NewConsumer zero Subpool", func(*testing.T) error {
+			return panicValue(func() { NewConsumer(fakeConsumer{}, &crew.Subpool{}, nop) })
+		}, crew.ErrInvalid},
+		{"NewConsumer nil RateLimited", func(*testing.T) error {
+			return panicValue(func() { NewConsumer(fakeConsumer{}, (*crew.RateLimited)(nil), nop) })
+		}, crew.ErrInvalid},
+		{"WithKeyed(nil, key)", consumerOptionPanics(WithKeyed((*crew.Keyed[string])(nil), keyOf)), crew.ErrInvalid},
+		{"WithKeyed(k, nil)", consumerOptionPanics(WithKeyed[item](crew.NewKeyed[string](pool), nil)), crew.ErrInvalid},
+		{"WithPriority(nil, prio)", consumerOptionPanics(WithPriority(nil, func(Msg[item]) int { return 0 })), crew.ErrInvalid},
+		{"WithPriority(p, nil)", consumerOptionPanics(WithPriority[item](crew.NewPriority(pool), nil)), crew.ErrInvalid},
+		{"WithKeyed for another message type", consumerOptionPanics(WithKeyed(crew.NewKeyed[string](pool), func(m Msg[string]) string { return m.Value })), crew.ErrInvalid},
+		{"WithPriority for another message type", consumerOptionPanics(WithPriority(crew.NewPriority(pool), func(Msg[[]byte]) int { return 0 })), crew.ErrInvalid},
+		{"WithKeyed and WithPriority", func(*testing.T) error {
+			return panicValue(func() {
+				NewConsumer(fakeConsumer{}, pool, nop, WithKeyed(crew.NewKeyed[string](pool), keyOf), WithPriority(crew.NewPriority(pool), func(Msg[item]) int { return 0 }))
+			})
+		}, crew.ErrInvalid},
+		{"WithKeyed and WithPulls(2)", func(*testing.T) error {
+			return panicValue(func() {
+				NewConsumer(fakeConsumer{}, pool, nop, WithPulls(2), WithKeyed(crew.NewKeyed[string](pool), keyOf))
+			})
+		}, crew.ErrInvalid},
+		{"WithKeyed and WithPulls(1)", func(*testing.T) error {
+			NewConsumer(fakeConsumer{}, pool, nop, WithPulls(1), WithKeyed(crew.NewKeyed[string](pool), keyOf))
+			return nil
+		}, nil},
 		{"WithMaxInFlight(-1)", consumerOptionPanics(WithMaxInFlight(-1)), crew.ErrInvalid},
 		{"WithMaxInFlight(MinInt)", consumerOptionPanics(WithMaxInFlight(math.MinInt)), crew.ErrInvalid},
 		{"WithMaxFetch(-1)", consumerOptionPanics(WithMaxFetch(-1)), crew.ErrInvalid},
@@ -192,6 +250,27 @@ func TestBadInputs(t *testing.T) {
 			stopped.Stop()
 			return c.Run(ctx)
 		}, crew.ErrStopped},
+		{"Run on a zero RateLimited", func(t *testing.T) error {
+			return refused(t, NewConsumer(durable(t), &crew.RateLimited{}, nop, fast...))
+		}, crew.ErrInvalid},
+		{"Run through a zero Keyed", func(t *testing.T) error {
+			return refused(t, newConsumer(t, nop, WithKeyed(&crew.Keyed[string]{}, keyOf)))
+		}, crew.ErrInvalid},
+		{"Run through a zero Priority", func(t *testing.T) error {
+			return refused(t, newConsumer(t, nop, WithPriority(&crew.Priority{}, func(Msg[item]) int { return 0 })))
+		}, crew.ErrInvalid},
+		{"Run through a Keyed whose key function panics", func(t *testing.T) error {
+			sink := &errSink{}
+			c := newConsumer(t, nop, WithKeyed(crew.NewKeyed[string](pool), func(Msg[item]) string { panic("no key") }), WithErrorHandler(sink.handle))
+			if err := runsOne(t, c, "the message given up", func(st Stats) bool { return st.Terminated == 1 }); err != nil {
+				return err
+			}
+			var pe *crew.PanicError
+			if mes := sink.messageErrors(); len(mes) != 1 || !errors.As(mes[0], &pe) || c.Stats().Panicked != 1 {
+				return fmt.Errorf("error handler got %v, stats %+v, want the key function's panic", mes, c.Stats())
+			}
+			return nil
+		}, nil},
 		{"WithMaxInFlight, WithMaxFetch and WithPulls at MaxInt", func(t *testing.T) error {
 			return runsWith(t, WithMaxInFlight(math.MaxInt), WithMaxFetch(math.MaxInt), WithPulls(math.MaxInt))
 		}, nil},
@@ -258,15 +337,7 @@ func TestBadInputs(t *testing.T) {
 			sink := &errSink{}
 			c := newConsumer(t, func(context.Context, Msg[item]) error { return errors.New("fails") },
 				WithBackoff(func(int) time.Duration { return math.MaxInt64 }), WithErrorHandler(sink.handle))
-			from := int(sent.Add(1)) - 1
-			publish(t, js, "jobs.new", item{ID: from})
-			runCtx, cancel := context.WithCancel(ctx)
-			defer cancel()
-			done := make(chan error, 1)
-			go func() { done <- c.Run(runCtx) }()
-			waitFor(t, 5*time.Second, "the message handed back", func() bool { return c.Stats().Nacked == 1 })
-			cancel()
-			if err := <-done; err != nil {
+			if err := runsOne(t, c, "the message handed back", func(st Stats) bool { return st.Nacked == 1 }); err != nil {
 				return err
 			}
 			sink.mu.Lock()

@@ -17,20 +17,24 @@ import (
 // acknowledges the message; an error hands it back for redelivery after a
 // backoff ([WithBackoff]), or gives it up when it is [Permanent] or the
 // consumer's MaxDeliver is reached; a panic gives it up at once. ctx is
-// cancelled when the drain timeout of [Consumer.Run] passes or the pool's
-// context ([crew.Pool.Context]) ends.
+// cancelled when the drain timeout of [Consumer.Run] passes or the context
+// of the pool that runs it ([crew.Pool.Context]) ends.
 type Handler[T any] func(ctx context.Context, m Msg[T]) error
 
 // A Consumer feeds the messages of a JetStream pull consumer
-// ([natsjs.Consumer]) to a [crew.Pool]. Make one with [NewConsumer] and
-// start it with [Consumer.Run].
+// ([natsjs.Consumer]) to a [crew.Executor]: a [crew.Pool], or a
+// [crew.Subpool] or [crew.RateLimited] in front of one, optionally through
+// a [crew.Keyed] ([WithKeyed]) or a [crew.Priority] ([WithPriority]), so
+// that a pool's limit, a Subpool's share, a rate, per-key order and
+// priorities apply to consumed messages as to local tasks. Make one with
+// [NewConsumer] and start it with [Consumer.Run].
 //
 // It fetches only as many messages as it has room for ([WithMaxInFlight],
-// by default the pool's worker limit up to [DefaultMaxInFlight]), so that
+// by default the executor's limit up to [DefaultMaxInFlight]), so that
 // the server's redelivery accounting, MaxAckPending and other consumers see
 // the messages this one cannot start yet. Each message is decoded with the
-// [Codec] into a [Msg] and passed to the [Handler] on the pool; its outcome
-// settles it:
+// [Codec] into a [Msg] and passed to the [Handler] on the executor; its
+// outcome settles it:
 //
 //   - nil: Ack (DoubleAck [WithDoubleAck]);
 //   - an error: NakWithDelay with the backoff for its delivery count
@@ -50,68 +54,95 @@ type Handler[T any] func(ctx context.Context, m Msg[T]) error
 // redelivered, and reports a [MessageError] to the error handler
 // ([WithErrorHandler]).
 //
-// While a message is held, the consumer sends InProgress heartbeats for it
-// ([WithHeartbeat]), so long tasks are not redelivered to another consumer.
+// While a message is held, from its arrival through the executor's or a
+// layer's queue to the end of its handler, the consumer sends InProgress
+// heartbeats for it ([WithHeartbeat]), so that neither a long task nor a
+// long wait gets it redelivered to another consumer.
 //
 // The consumer must be a durable or named pull consumer with the explicit
 // ack policy ([natsjs.AckExplicitPolicy]). Any number of Consumers, in this
 // process or others, may share it; the server spreads the messages among
-// them.
+// them. Its MaxAckPending (1000 by default) bounds the messages they all
+// hold unacknowledged together: it is the concurrency limit across the
+// cluster, while the executor and WithMaxInFlight bound one Consumer.
 type Consumer[T any] struct {
 	cons    natsjs.Consumer
-	pool    *crew.Pool
+	ex      executor
+	route   *msgRoute[T] // WithKeyed or WithPriority; nil: tasks go to ex
 	handler Handler[T]
 	s       consumerSettings
 	running atomic.Bool
 	n       counters
 }
 
-// NewConsumer returns a [Consumer] that runs handler on pool for the
-// messages of cons, configured by opts ([ConsumerOption]). Nothing happens
-// until [Consumer.Run]. NewConsumer panics, with an error wrapping
-// [crew.ErrInvalid], if an argument or an option is nil, an option is
-// invalid, or pool was not made by [crew.New]: a zero [crew.Pool], which
-// takes no task, is recognized by its [crew.Pool.Stats], which report no
-// worker limit.
-func NewConsumer[T any](cons natsjs.Consumer, pool *crew.Pool, handler Handler[T], opts ...ConsumerOption) *Consumer[T] {
-	var argErr error
-	switch {
-	case cons == nil:
-		argErr = invalid("NewConsumer: nil consumer")
-	case pool == nil:
-		argErr = invalid("NewConsumer: nil pool")
-	case pool.Stats().MaxWorkers == 0:
-		argErr = invalid("NewConsumer: zero pool: make it with crew.New")
-	case handler == nil:
-		argErr = invalid("NewConsumer: nil handler")
+// NewConsumer returns a [Consumer] that runs handler on ex for the
+// messages of cons, configured by opts ([ConsumerOption]). ex is a
+// [*crew.Pool] (a *Pool passes as it is), a [*crew.Subpool] or a
+// [*crew.RateLimited]; [WithKeyed] and [WithPriority] route the messages
+// through a layer built on it. Nothing happens until [Consumer.Run].
+//
+// NewConsumer panics, with an error wrapping [crew.ErrInvalid], if an
+// argument or an option is nil, an option is invalid, [WithPulls] above 1
+// is given with WithKeyed or WithPriority, or ex is a zero Pool or Subpool,
+// which take no task (a Pool not made by [crew.New] is recognized by its
+// [crew.Pool.Stats], which report no worker limit). A zero RateLimited or
+// layer is reported by Run, which stops with the error of the first
+// submission it refuses.
+func NewConsumer[T any](cons natsjs.Consumer, ex crew.Executor, handler Handler[T], opts ...ConsumerOption) *Consumer[T] {
+	e, argErr := newExecutor(ex)
+	if cons == nil {
+		argErr = errors.Join(invalid("NewConsumer: nil consumer"), argErr)
+	}
+	if handler == nil {
+		argErr = errors.Join(argErr, invalid("NewConsumer: nil handler"))
 	}
 	s := defaultConsumerSettings()
-	applyOptions("NewConsumer", &s, argErr, opts, ConsumerOption.applyConsumer)
-	return &Consumer[T]{cons: cons, pool: pool, handler: handler, s: s}
+	var route *msgRoute[T]
+	applyOptions("NewConsumer", &s, argErr, opts, ConsumerOption.applyConsumer, func(s *consumerSettings) error {
+		if s.route == nil {
+			return nil
+		}
+		var ok bool
+		if route, ok = s.route.(*msgRoute[T]); !ok {
+			return invalid("NewConsumer: the function given to %s takes a Msg[%s], the consumer's messages are Msg[%T]", s.route.option(), s.route.msgType(), *new(T))
+		}
+		if s.pullsSet && s.pulls > 1 {
+			return invalid("NewConsumer: WithPulls(%d) with %s: a routed consumer keeps one pull open, so that messages are queued in the order the server sent them", s.pulls, route.name)
+		}
+		s.pulls = 1
+		return nil
+	})
+	return &Consumer[T]{cons: cons, ex: e, route: route, handler: handler, s: s}
 }
 
 // Run fetches messages and processes them until ctx is cancelled, then
 // drains: it stops fetching, hands back (Nak) the messages that arrive from
-// pulls still open, waits for the messages in flight to finish, and, if the
-// drain timeout ([WithDrainTimeout]) passes first, cancels the handlers'
-// context, hands back the unfinished messages and waits for the handlers to
-// return. Run returns nil after a clean drain, an error wrapping
-// [ErrDrainTimeout] if messages were handed back unfinished, and, after the
-// same drain, the error that stopped it otherwise: the consumer was
-// deleted, the connection was closed (noticed at the next pull,
-// acknowledgement or heartbeat), the pool was stopped or its context
-// ended (an error wrapping [crew.ErrStopped]), or the pool refused a message
-// for another reason (its error; the message is handed back). Pulls that
-// fail for other reasons, such as a server restart, are reported to the
-// error handler ([WithErrorHandler]) and retried with backoff; a connection that is
-// reconnecting is waited for.
+// pulls still open, waits for the messages in flight, queued or running,
+// to finish, and, if the drain timeout ([WithDrainTimeout]) passes first,
+// cancels the handlers' context, hands back the unfinished messages (those
+// still queued in a layer included, whose tasks then return at once) and
+// waits for the handlers to return. Run returns nil after a clean drain,
+// an error wrapping [ErrDrainTimeout] if messages were handed back
+// unfinished, and, after the same drain, the error that stopped it
+// otherwise: the consumer was deleted, the connection was closed (noticed
+// at the next pull, acknowledgement or heartbeat), the pool was stopped
+// or its context ended, or the executor dropped a message it had
+// accepted, as a RateLimited, a Subpool or a layer does when it or its
+// pool stops (an error wrapping [crew.ErrStopped]; the dropped message is
+// handed back, noticed within a fetch wait, [WithFetchWait]), or the
+// executor refused a message for another reason (its error; the message
+// is handed back). Run watches a [crew.Pool] given to [NewConsumer] for
+// its end; another executor's pool is noticed through the messages it
+// refuses or drops. Pulls that fail for other reasons, such as a server
+// restart, are reported to the error handler ([WithErrorHandler]) and
+// retried with backoff; a connection that is reconnecting is waited for.
 //
 // A Consumer runs at most once at a time; Run returns [ErrRunning]
 // otherwise. It may be run again after Run returns. Run returns an error
 // wrapping [crew.ErrInvalid] for a nil ctx, and for a nil Consumer or one
 // not made by [NewConsumer].
 func (c *Consumer[T]) Run(ctx context.Context) error {
-	if c == nil || c.cons == nil || c.pool == nil || c.handler == nil {
+	if c == nil || c.cons == nil || c.ex.ex == nil || c.handler == nil {
 		return invalid("Consumer.Run: consumer not made by NewConsumer")
 	}
 	if ctx == nil {
@@ -143,7 +174,7 @@ type Stats struct {
 	Terminated   uint64 // given up on (Term)
 	DeadLettered uint64 // published to the dead-letter subject before Term
 	Snoozed      uint64 // handed back or rescheduled because the handler returned Snooze
-	Panicked     uint64 // handler panics recovered
+	Panicked     uint64 // panics recovered: of handlers, and of WithKeyed's and WithPriority's functions
 	Heartbeats   uint64 // InProgress notices sent
 	InFlight     int    // messages held now: fetched and not settled
 }
@@ -193,7 +224,9 @@ func heartbeatInterval(cfg natsjs.ConsumerConfig) time.Duration {
 type delivery struct {
 	msg     natsjs.Msg
 	settled atomic.Bool
-	last    time.Time // arrival or last heartbeat; guarded by run.mu
+	started atomic.Bool // its task has begun
+	last    time.Time   // arrival or last heartbeat; guarded by run.mu
+	task    *crew.Task  // its task, if submitted with one; guarded by run.mu
 }
 
 // run is the state of one call of Run.
@@ -245,7 +278,7 @@ func newRun[T any](c *Consumer[T], info *natsjs.ConsumerInfo) *run[T] {
 	}
 	limit := c.s.maxInFlight
 	if limit == 0 {
-		limit = min(max(1, c.pool.Stats().MaxWorkers), DefaultMaxInFlight)
+		limit = min(c.ex.limit(), DefaultMaxInFlight)
 	}
 	r.credits.free = limit
 	return r
@@ -256,11 +289,16 @@ func (r *run[T]) run(ctx context.Context) error {
 	defer r.loopCancel()
 	r.hardCtx, r.hardCancel = context.WithCancel(context.WithoutCancel(ctx))
 	defer r.hardCancel()
-	poolDone := r.c.pool.Context().Done()
-	unwatch := context.AfterFunc(r.c.pool.Context(), func() {
-		r.fail(fmt.Errorf("jetstream: pool context ended: %w", crew.ErrStopped))
-	})
-	defer unwatch()
+	// A pool is watched; another executor's pool is noticed through the
+	// tasks it refuses, drops (see dropped) or cancels.
+	var poolDone <-chan struct{}
+	if p := r.c.ex.pool; p != nil {
+		poolDone = p.Context().Done()
+		unwatch := context.AfterFunc(p.Context(), func() {
+			r.fail(fmt.Errorf("jetstream: pool context ended: %w", crew.ErrStopped))
+		})
+		defer unwatch()
+	}
 
 	beatStop, beatDone := make(chan struct{}), make(chan struct{})
 	go r.heartbeats(beatStop, beatDone)

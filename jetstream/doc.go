@@ -1,5 +1,6 @@
 // Package jetstream runs crew pools on NATS JetStream. A [Consumer] feeds
-// the messages of a JetStream pull consumer to a [crew.Pool], and a
+// the messages of a JetStream pull consumer to a [crew.Pool] or another
+// [crew.Executor], and a
 // [Publisher] publishes items to a stream in batches, so that bounded,
 // panic-safe, observable execution spans many machines and a message is
 // not lost when one of them dies.
@@ -34,6 +35,33 @@
 // to the others once their AckWait passes. Messages given up on are
 // reported to the error handler ([WithErrorHandler]) as a [MessageError],
 // and [Consumer.Stats] counts what happened to them.
+//
+// # Executors and layers
+//
+// [NewConsumer] takes any [crew.Executor]: a [crew.Pool], a [crew.Subpool]
+// that gives the consumer a share of a pool, or a [crew.RateLimited] that
+// starts its messages at a rate. [WithKeyed] routes the messages through a
+// [crew.Keyed], so that those with the same key (an account, an entity)
+// are handled one at a time in the order received, and [WithPriority]
+// through a [crew.Priority], so that the held message of highest priority
+// starts first; the layer may be shared with local work. A message waiting
+// in a layer's queue is held like a running one: it counts against
+// [WithMaxInFlight], gets heartbeats, and is handed back, never acked
+// unprocessed, when the drain timeout passes before it runs. Raise
+// WithMaxInFlight above the executor's limit for a layer to have messages
+// to choose from:
+//
+//	pool := crew.New(16)
+//	defer pool.Stop()
+//	byAccount := crew.NewKeyed[string](pool)
+//	c := crewjs.NewConsumer(cons, pool, handle,
+//		crewjs.WithKeyed(byAccount, func(m crewjs.Msg[Order]) string { return m.Value.Account }),
+//		crewjs.WithMaxInFlight(64))
+//
+// These apply within one Consumer. Across the cluster, the durable
+// consumer's MaxAckPending bounds the messages that all its Consumers hold
+// unacknowledged together: a MaxAckPending of 1 handles one message at a
+// time across the cluster.
 //
 // # Publishing
 //

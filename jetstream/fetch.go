@@ -115,7 +115,7 @@ func fatalPullError(err error) bool {
 }
 
 // accept takes a message that arrived: it hands it back if the run is
-// stopping, and submits it to the pool otherwise.
+// stopping, and submits it to the executor, or its route, otherwise.
 func (r *run[T]) accept(m natsjs.Msg) {
 	d := &delivery{msg: m, last: time.Now()}
 	r.mu.Lock()
@@ -131,15 +131,58 @@ func (r *run[T]) accept(m natsjs.Msg) {
 	r.held[d] = struct{}{}
 	r.c.n.held.Add(1)
 	r.mu.Unlock()
-	if err := r.c.pool.GoContext(r.hardCtx, func() { r.process(d) }); err != nil {
+	var err error
+	if p := r.c.ex.pool; p != nil && r.c.route == nil {
+		// A pool drops a queued task only when its context ends, which
+		// Run watches: no Task is needed to notice it.
+		err = p.GoContext(r.hardCtx, func() { r.process(r.hardCtx, d, nil) })
+	} else {
+		err = r.submit(d)
+	}
+	if err != nil {
 		// Hand it back: the pool stopped, a hard stop ended the wait for
-		// room, or the pool cannot take tasks. Only a hard stop leaves the
-		// run to go on draining.
+		// room, or the executor cannot take tasks. Only a hard stop leaves
+		// the run to go on draining.
 		r.settle(d, m.Nak, &r.c.n.nacked)
 		if r.hardCtx.Err() == nil || errors.Is(err, crew.ErrStopped) {
 			r.fail(fmt.Errorf("jetstream: submit: %w", err))
 		}
 	}
+}
+
+// submit queues the task of d with a [crew.Task], through the route if
+// there is one, and returns the error of a submission refused. The Task
+// lets reclaim notice a task dropped later.
+func (r *run[T]) submit(d *delivery) error {
+	var t *crew.Task
+	if r.c.route == nil {
+		t = r.c.ex.submit.SubmitContext(r.hardCtx, r.task(d, nil))
+	} else {
+		p := r.prepare(d)
+		if p.fail == nil {
+			if err := recovered(func() error {
+				t = r.c.route.submit(r.hardCtx, &p.msg, r.task(d, p))
+				return nil
+			}); err != nil {
+				r.c.n.panicked.Add(1)
+				p.fail = func() { r.giveUp(d, p.meta, fmt.Errorf("%s: %w", r.c.route.name, err)) }
+			}
+		}
+		if t == nil { // give it up on the executor, without a key or priority
+			t = r.c.ex.submit.SubmitContext(r.hardCtx, r.task(d, p))
+		}
+	}
+	select {
+	case <-t.Done():
+		if err := t.Wait(); err != nil && !d.started.Load() {
+			return err
+		}
+	default:
+		r.mu.Lock()
+		d.task = t
+		r.mu.Unlock()
+	}
+	return nil
 }
 
 // retryDelay returns the wait before the next pull after f failures in a

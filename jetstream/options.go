@@ -73,6 +73,8 @@ type consumerSettings struct {
 	onError      func(error)
 	doubleAck    bool
 	snoozeJS     natsjs.JetStream
+	route        routeName // WithKeyed or WithPriority: a *msgRoute[T]; nil: none
+	pullsSet     bool      // WithPulls was given
 }
 
 func defaultConsumerSettings() consumerSettings {
@@ -121,11 +123,12 @@ func checked[S any](ok bool, set func(*S), format string, args ...any) func(*S) 
 	}
 }
 
-// applyOptions applies opts to s with apply, then panics, if argErr (the
-// error of the constructor's own arguments) or any option's error is not
-// nil, or an option is nil, with all of them joined. constructor names the
-// function whose options they are.
-func applyOptions[O, S any](constructor string, s *S, argErr error, opts []O, apply func(O, *S) error) {
+// applyOptions applies opts to s with apply, then checks s with each of
+// checks, then panics, if argErr (the error of the constructor's own
+// arguments), any option's error or any check's is not nil, or an option
+// is nil, with all of them joined. constructor names the function whose
+// options they are.
+func applyOptions[O, S any](constructor string, s *S, argErr error, opts []O, apply func(O, *S) error, checks ...func(*S) error) {
 	errs := []error{argErr}
 	for i, o := range opts {
 		if any(o) == nil { // o is an interface: nil only if it holds nothing
@@ -133,6 +136,9 @@ func applyOptions[O, S any](constructor string, s *S, argErr error, opts []O, ap
 			continue
 		}
 		errs = append(errs, apply(o, s))
+	}
+	for _, check := range checks {
+		errs = append(errs, check(s))
 	}
 	if err := errors.Join(errs...); err != nil {
 		panic(err)
@@ -159,14 +165,25 @@ func (o codecOption) set(dst *Codec) error {
 func WithCodec(c Codec) Option { return codecOption{c} }
 
 // WithMaxInFlight bounds the messages the [Consumer] holds at once, fetched
-// and not yet settled, to n. The default is the pool's worker limit when
-// [Consumer.Run] starts, so that a message never waits in the pool's queue
-// unless the pool is shared with other work, but at most
-// [DefaultMaxInFlight]: a
-// consumer never needs more messages in flight than it can fetch and
+// and not yet settled, to n: running, and waiting in the executor's or a
+// layer's queue. The default is the executor's limit when [Consumer.Run]
+// starts (a pool's worker limit, a Subpool's limit), so that a message
+// never waits in a queue unless the executor is shared with other work,
+// but at most [DefaultMaxInFlight], which is also the default for a
+// [crew.RateLimited], whose rate, not a worker count, bounds what it
+// starts: for one, set n to about what the rate starts in a fraction of
+// AckWait, since the messages beyond it wait here, where no other consumer
+// can take them. With [WithKeyed] or [WithPriority], n is how far ahead of
+// the workers the consumer reads: above the executor's limit, it lets
+// the messages of other keys run while one key is busy, and gives
+// priorities a backlog to choose from.
+//
+// A consumer never needs more messages in flight than it can fetch and
 // acknowledge while they run, and the server delivers no more than the
-// consumer's MaxAckPending (1000 by default) unacknowledged anyway. n must
-// be positive; the bound costs the same whatever its size.
+// durable consumer's MaxAckPending (1000 by default) unacknowledged to all
+// its Consumers together: that is the limit across the cluster, and n the
+// limit of one Consumer. n must be positive; the bound costs the same
+// whatever its size.
 func WithMaxInFlight(n int) ConsumerOption {
 	return positive("WithMaxInFlight", n, func(s *consumerSettings) { s.maxInFlight = n })
 }
@@ -183,9 +200,12 @@ func WithMaxFetch(n int) ConsumerOption {
 // WithPulls sets how many pull requests may wait on the server at once
 // ([DefaultPulls]): while one is being filled, the next can already ask for
 // the room that finished tasks made. The consumer's MaxWaiting, the pulls
-// the server lets wait, bounds n. n must be positive.
+// the server lets wait, bounds n. n must be positive, and 1 with
+// [WithKeyed] or [WithPriority], which keep one pull open: the server
+// spreads messages among the pulls open, which would queue them out of
+// order.
 func WithPulls(n int) ConsumerOption {
-	return positive("WithPulls", n, func(s *consumerSettings) { s.pulls = n })
+	return positive("WithPulls", n, func(s *consumerSettings) { s.pulls, s.pullsSet = n, true })
 }
 
 // positive is an option that applies set if n, its argument, is positive,
@@ -232,8 +252,8 @@ func WithBackoff(f func(delivery int) time.Duration) ConsumerOption {
 // elsewhere. A ticker fires
 // every interval and sends the notice for each message held for at least
 // half an interval since its arrival or its last notice, so a message waits
-// at most about an interval between notices, from the pool's queue to the
-// end of its handler. The default is a third of the consumer's AckWait (or
+// at most about an interval between notices, from the executor's or a
+// layer's queue to the end of its handler. The default is a third of the consumer's AckWait (or
 // of its shortest BackOff step); 0 turns heartbeats off, and a d below a
 // millisecond is taken as a millisecond. d must not be negative.
 func WithHeartbeat(d time.Duration) ConsumerOption {

@@ -32,9 +32,54 @@ const HeaderAttempts = "Crew-Attempts"
 // ackTimeout bounds the wait for a DoubleAck and a dead-letter publish.
 const ackTimeout = 5 * time.Second
 
-// process runs on the pool: it decodes the message, calls the handler and
-// settles the message by the outcome.
-func (r *run[T]) process(d *delivery) {
+// prepared is a message decoded for its handler, or the way to settle it
+// when it cannot be handled.
+type prepared[T any] struct {
+	msg  Msg[T]
+	meta *natsjs.MsgMetadata
+	fail func() // settles a message that cannot be handled; nil if it can
+}
+
+// prepare decodes the message of d.
+func (r *run[T]) prepare(d *delivery) *prepared[T] {
+	meta, err := d.msg.Metadata()
+	if err != nil {
+		return &prepared[T]{fail: func() {
+			r.report(fmt.Errorf("jetstream: message metadata: %w", err))
+			r.settle(d, d.msg.Term, &r.c.n.terminated)
+		}}
+	}
+	p := &prepared[T]{msg: Msg[T]{Subject: d.msg.Subject(), Header: d.msg.Headers(), Metadata: *meta, Raw: d.msg}, meta: meta}
+	if d.msg.Headers().Get(natsjs.ScheduleHeader) != "" {
+		p.fail = func() { r.skipSchedule(d, meta) }
+		return p
+	}
+	if err := recovered(func() error { return r.s.codec.Unmarshal(d.msg.Data(), &p.msg.Value) }); err != nil {
+		p.fail = func() { r.giveUp(d, meta, fmt.Errorf("decode: %w", err)) }
+	}
+	return p
+}
+
+// task returns the Submit task of d: it runs process with a context that
+// ends with the task's own, which ends with the pool's, or at a hard stop.
+func (r *run[T]) task(d *delivery, p *prepared[T]) func(context.Context) error {
+	return func(tctx context.Context) error {
+		ctx, cancel := context.WithCancel(r.hardCtx)
+		stop := context.AfterFunc(tctx, cancel)
+		defer func() {
+			stop()
+			cancel()
+		}()
+		r.process(ctx, d, p)
+		return nil
+	}
+}
+
+// process runs on the executor: it decodes the message unless p holds it
+// decoded, calls the handler with ctx and settles the message by the
+// outcome.
+func (r *run[T]) process(ctx context.Context, d *delivery, p *prepared[T]) {
+	d.started.Store(true)
 	r.mu.Lock()
 	if r.closed || d.settled.Load() { // handed back by a hard stop
 		r.mu.Unlock()
@@ -53,26 +98,16 @@ func (r *run[T]) process(d *delivery) {
 		r.mu.Unlock()
 	}()
 
-	meta, err := d.msg.Metadata()
-	if err != nil {
-		r.report(fmt.Errorf("jetstream: message metadata: %w", err))
-		r.settle(d, d.msg.Term, &r.c.n.terminated)
+	if p == nil {
+		p = r.prepare(d)
+	}
+	if p.fail != nil {
+		p.fail()
 		finished = true
 		return
 	}
-	if d.msg.Headers().Get(natsjs.ScheduleHeader) != "" {
-		r.skipSchedule(d, meta)
-		finished = true
-		return
-	}
-	m := Msg[T]{Subject: d.msg.Subject(), Header: d.msg.Headers(), Metadata: *meta, Raw: d.msg}
-	if err := recovered(func() error { return r.s.codec.Unmarshal(d.msg.Data(), &m.Value) }); err != nil {
-		r.giveUp(d, meta, fmt.Errorf("decode: %w", err))
-		finished = true
-		return
-	}
-	err = recovered(func() error { return r.c.handler(r.hardCtx, m) })
-	r.settleOutcome(d, meta, m.Attempt(), err)
+	err := recovered(func() error { return r.c.handler(ctx, p.msg) })
+	r.settleOutcome(ctx, d, p.meta, p.msg.Attempt(), err)
 	finished = true
 }
 
@@ -89,8 +124,9 @@ func recovered(f func() error) (err error) {
 }
 
 // settleOutcome acknowledges, hands back, snoozes or gives up a message by
-// its handler's error; attempt is which attempt at the job it was.
-func (r *run[T]) settleOutcome(d *delivery, meta *natsjs.MsgMetadata, attempt int, err error) {
+// the error of its handler, called with ctx; attempt is which attempt at
+// the job it was.
+func (r *run[T]) settleOutcome(ctx context.Context, d *delivery, meta *natsjs.MsgMetadata, attempt int, err error) {
 	var pe *crew.PanicError
 	snooze, snoozed := SnoozeDelay(err)
 	switch {
@@ -103,8 +139,9 @@ func (r *run[T]) settleOutcome(d *delivery, meta *natsjs.MsgMetadata, attempt in
 		r.giveUp(d, meta, err)
 	case snoozed:
 		r.snooze(d, meta, attempt-1, snooze)
-	case r.hardCtx.Err() != nil:
-		// Stopping: let another consumer have it at once.
+	case ctx.Err() != nil:
+		// A hard stop, or the pool's end: let another consumer have it
+		// at once.
 		r.settle(d, d.msg.Nak, &r.c.n.nacked)
 	case r.maxDeliver > 0 && attempt >= r.maxDeliver:
 		r.giveUp(d, meta, fmt.Errorf("last of %d deliveries failed: %w", r.maxDeliver, err))
@@ -261,43 +298,86 @@ func (r *run[T]) settle(d *delivery, op func() error, count *atomic.Uint64) bool
 }
 
 // heartbeats sends InProgress for every message held for about an
-// interval, each interval, until stop is closed.
+// interval, each interval, and, when tasks are submitted with a
+// [crew.Task], reclaims every fetch wait the messages whose tasks were
+// dropped, until stop is closed.
 func (r *run[T]) heartbeats(stop <-chan struct{}, done chan<- struct{}) {
 	defer close(done)
-	if r.beatEvery <= 0 {
-		<-stop
-		return
+	var beat, watch <-chan time.Time
+	if r.beatEvery > 0 {
+		t := time.NewTicker(r.beatEvery)
+		defer t.Stop()
+		beat = t.C
 	}
-	t := time.NewTicker(r.beatEvery)
-	defer t.Stop()
+	if r.c.route != nil || r.c.ex.pool == nil {
+		t := time.NewTicker(r.s.fetchWait)
+		defer t.Stop()
+		watch = t.C
+	}
 	var due []*delivery
 	for {
 		select {
 		case <-stop:
 			return
-		case <-t.C:
+		case <-beat:
+			due = r.beat(due)
+		case <-watch:
+			r.reclaim()
 		}
-		now := time.Now()
-		due = due[:0]
-		r.mu.Lock()
-		for d := range r.held {
-			if now.Sub(d.last) >= r.beatEvery/2 {
-				d.last = now
-				due = append(due, d)
-			}
+	}
+}
+
+// beat sends InProgress for every message held for at least half an
+// interval since its arrival or its last notice. due is scratch space,
+// returned for the next call.
+func (r *run[T]) beat(due []*delivery) []*delivery {
+	now := time.Now()
+	due = due[:0]
+	r.mu.Lock()
+	for d := range r.held {
+		if now.Sub(d.last) >= r.beatEvery/2 {
+			d.last = now
+			due = append(due, d)
 		}
-		r.mu.Unlock()
-		for _, d := range due {
-			if d.settled.Load() {
-				continue
-			}
-			if err := d.msg.InProgress(); err != nil {
-				r.opFailed("heartbeat", err)
-				continue
-			}
-			r.c.n.heartbeats.Add(1)
+	}
+	r.mu.Unlock()
+	for _, d := range due {
+		if d.settled.Load() {
+			continue
 		}
-		clear(due)
+		if err := d.msg.InProgress(); err != nil {
+			r.opFailed("heartbeat", err)
+			continue
+		}
+		r.c.n.heartbeats.Add(1)
+	}
+	clear(due)
+	return due
+}
+
+// reclaim hands back the messages whose tasks ended without starting, and
+// stops the run: an executor drops the tasks it holds when it, or its
+// pool, stops (a RateLimited's waiting for a token, a Keyed's of a paused
+// key, a Subpool's not admitted), and then takes no new ones.
+func (r *run[T]) reclaim() {
+	var lost []*delivery
+	r.mu.Lock()
+	for d := range r.held {
+		if d.task == nil || d.started.Load() {
+			continue
+		}
+		select {
+		case <-d.task.Done():
+			lost = append(lost, d)
+		default:
+		}
+	}
+	r.mu.Unlock()
+	for _, d := range lost {
+		// Stop fetching first, so that the pulls open take fewer of the
+		// messages handed back.
+		r.fail(fmt.Errorf("jetstream: the executor dropped a message (%w): %w", d.task.Wait(), crew.ErrStopped))
+		r.settle(d, d.msg.Nak, &r.c.n.nacked)
 	}
 }
 

@@ -177,7 +177,8 @@ func TestSubmitFailureStopsRunAndHandsBack(t *testing.T) {
 		calls.add(1)
 		return nil
 	}, fast...)
-	broken.pool = &crew.Pool{} // refuses every task with an error wrapping crew.ErrInvalid
+	zero := &crew.Pool{} // refuses every task with an error wrapping crew.ErrInvalid
+	broken.ex = executor{ex: zero, pool: zero, submit: zero}
 	ctx, cancel := context.WithCancel(testCtx(t))
 	defer cancel()
 	done := make(chan error, 1)
