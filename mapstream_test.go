@@ -456,3 +456,37 @@ func TestMapStreamHugeLimit(t *testing.T) {
 		t.Fatalf("%d elements", n)
 	}
 }
+
+// A pool that shuts down in the middle of a stream ends it: the values not
+// started are skipped, the stream ends with an error, and the loop returns.
+func TestMapErrStreamPoolShutdownInTheMiddle(t *testing.T) {
+	leak.Check(t)
+	p := crew.New(2)
+	var pulled atomic.Int64
+	started := make(chan struct{})
+	var once atomic.Bool
+	var last error
+	n := 0
+	within(t, groupDeadline, "a stream whose pool shuts down", func() {
+		go func() {
+			<-started
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			p.Shutdown(ctx) // gives up at once: cancels the calls, drops the steps
+		}()
+		for _, err := range crew.MapErrStream(context.Background(), p, pulledUpTo(-1, &pulled), func(ctx context.Context, v int) (int, error) {
+			if v == 5 && once.CompareAndSwap(false, true) {
+				close(started)
+				<-ctx.Done()
+				return v, ctx.Err()
+			}
+			return v, nil
+		}, crew.WithLimit(2)) {
+			n++
+			last = err
+		}
+	})
+	if last == nil || n < 5 {
+		t.Fatalf("%d elements, last error %v; want the stream to end with an error after the first five", n, last)
+	}
+}
