@@ -24,14 +24,14 @@ var errZeroGroup = invalidf("groups and streams must be made with their New func
 type GroupOption func(*groupConfig)
 
 type groupConfig struct {
-	limit    int // 0: no limit of the group's own
-	limitSet bool
-	all      bool          // collect every error; errors do not cancel unless cancelOn
-	cancelOn bool          // WithCancelOnError: with all, the first error cancels too
+	limit    int           // 0: no limit of the group's own
 	timeout  time.Duration // per-task deadline; 0: none
+	retry    *Retry        // WithRetry; nil: a task is called once
+	limitSet bool
 	timeSet  bool
-	repanic  bool   // Wait re-panics the first recovered panic
-	retry    *Retry // WithRetry; nil: a task is called once
+	all      bool // collect every error; errors do not cancel unless cancelOn
+	cancelOn bool // WithCancelOnError: with all, the first error cancels too
+	repanic  bool // Wait re-panics the first recovered panic
 }
 
 // apply sets c from opts and reports nil and invalid options. c lives in

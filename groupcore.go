@@ -101,23 +101,11 @@ type core[I any] struct {
 
 	// exec runs task it, number seq, with the task's context.
 	exec func(ctx context.Context, seq int, it I) error
-	// lost, if set, is told about an accepted task that is skipped: it
-	// never runs. (A task that panics is exec's to notice.)
-	lost func(seq int)
 	// grow, if set, is called under mu when seq is given to a new task.
 	grow func(seq int)
-	// stranded, if set, is called when the pool refused steps for queued
-	// tasks: goroutines that wait other than in wait may run them before
-	// their steps come, if ever (see Stream.Go).
-	stranded func()
-	// settle, if set, takes over from record the outcome of each task: it
-	// is called under mu with the task's error (nil, the function's, a
-	// *PanicError, or for a skipped task the cancellation's cause) and
-	// returns the cause with which to cancel the group, or nil.
-	settle func(seq int, err error, skipped bool) error
-	// until, if set, ends await early: await returns once it reports true.
-	// Called under mu.
-	until func() bool
+	// hooks, if set, are a Stream's or a MapErrStream's: set before the
+	// first task, never replaced.
+	hooks *coreHooks
 
 	mu         sync.Mutex
 	q          *queue.FIFO[entry[I]] // own, or one that finished groups share (see init)
@@ -131,19 +119,57 @@ type core[I any] struct {
 	unfinished int           // tasks queued or running
 	waiters    int           // goroutines parked in wait
 	wake       chan struct{}
-	closed     bool          // Wait has returned
-	doneCh     chan struct{} // made by Done; closed once the group has ended
-	stopSkip   func() bool   // unregisters skipQueued from ctx (see doneChan)
-	ended      bool          // Done was called and no task was left: Go is refused
+	closed     bool // Wait has returned
+	ended      bool // Done was called and no task was left: Go is refused
 	result     error
 	err        error         // first error
 	errs       []seqErr      // WithAllErrors
 	panicked   *PanicError   // the first panic
 	unseen     []*PanicError // panics Wait will not report (see record)
 	skipped    int
-	retrying   atomic.Bool        // retries has been made
-	retries    map[int]tried      // WithRetry: the failed calls of each task that is to be called again
-	backoffs   map[int]backoff[I] // WithRetry: the tasks waiting for their delay
+	later      *coreLater[I] // made by Done or a first retry
+}
+
+// coreHooks are the functions through which a Stream or a MapErrStream
+// sees its tasks' ends, besides exec.
+type coreHooks struct {
+	// lost, if set, is told about an accepted task that is skipped: it
+	// never runs. (A task that panics is exec's to notice.)
+	lost func(seq int)
+	// stranded, if set, is called when the pool refused steps for queued
+	// tasks: goroutines that wait other than in wait may run them before
+	// their steps come, if ever (see Stream.Go).
+	stranded func()
+	// settle, if set, takes over from record the outcome of each task: it
+	// is called under mu with the task's error (nil, the function's, a
+	// *PanicError, or for a skipped task the cancellation's cause) and
+	// returns the cause with which to cancel the group, or nil.
+	settle func(seq int, err error, skipped bool) error
+	// until, if set, ends await early: await returns once it reports true.
+	// Read and called under mu.
+	until func() bool
+}
+
+// coreLater is the state of a group that only Done and WithRetry need,
+// made on first use under mu, so that a group using neither is smaller.
+type coreLater[I any] struct {
+	doneCh   chan struct{}      // made by Done; closed once the group has ended
+	stopSkip func() bool        // unregisters skipQueued from ctx (see doneChan)
+	retries  map[int]tried      // the failed calls of each task that is to be called again
+	backoffs map[int]backoff[I] // the tasks waiting for their delay
+}
+
+// laterLocked returns c.later, made if need be. Called under mu.
+func (c *core[I]) laterLocked() *coreLater[I] {
+	if c.later == nil {
+		c.later = new(coreLater[I])
+	}
+	return c.later
+}
+
+// untilNow reports whether the hooks' until ends await now. Called under mu.
+func (c *core[I]) untilNow() bool {
+	return c.hooks != nil && c.hooks.until != nil && c.hooks.until()
 }
 
 // tried is what a task of a group built WithRetry has been through: its
@@ -400,8 +426,8 @@ func (c *core[I]) refused(n int, keep bool) {
 	for range n {
 		c.steps.owe(c.step)
 	}
-	if c.stranded != nil {
-		c.stranded() // a producer may run a task before its step comes
+	if c.hooks != nil && c.hooks.stranded != nil {
+		c.hooks.stranded() // a producer may run a task before its step comes
 	}
 }
 
@@ -424,8 +450,8 @@ func (c *core[I]) forgoSteps(n int, stepGoesOn bool) {
 	idle := !stepGoesOn && c.running+c.pending == 0
 	c.signal()
 	c.mu.Unlock()
-	if c.stranded != nil {
-		c.stranded()
+	if c.hooks != nil && c.hooks.stranded != nil {
+		c.hooks.stranded()
 	}
 	if idle && c.p.refuses() != nil {
 		c.fail(ErrStopped)
@@ -496,7 +522,7 @@ func (c *core[I]) runBorrowed(e entry[I], more int) {
 				return
 			}
 			c.mu.Lock()
-			if c.unfinished <= more || c.until != nil && c.until() || c.q.Len() == 0 || c.running >= c.limit || c.ctx.Err() != nil || c.p.c.e.Paused() {
+			if c.unfinished <= more || c.untilNow() || c.q.Len() == 0 || c.running >= c.limit || c.ctx.Err() != nil || c.p.c.e.Paused() {
 				c.mu.Unlock()
 				return
 			}
@@ -553,8 +579,8 @@ func (c *core[I]) runItem(e entry[I], keep bool) (again bool) {
 			// with its last error, as one still waiting would.
 			return c.done(e.seq, err, false, keep)
 		}
-		if c.lost != nil {
-			c.lost(e.seq)
+		if c.hooks != nil && c.hooks.lost != nil {
+			c.hooks.lost(e.seq)
 		}
 		return c.done(e.seq, nil, true, keep)
 	}
@@ -613,22 +639,22 @@ func (c *core[I]) runItem(e entry[I], keep bool) (again bool) {
 func (c *core[I]) retryLater(e entry[I], err error, keep bool) (again, later bool) {
 	r := c.cfg.retry
 	c.mu.Lock()
-	attempt := c.retries[e.seq].calls + 1
+	l := c.laterLocked()
+	attempt := l.retries[e.seq].calls + 1
 	if !r.again(c.ctx, attempt, err) {
-		delete(c.retries, e.seq)
+		delete(l.retries, e.seq)
 		c.mu.Unlock()
 		return false, false
 	}
-	if c.retries == nil {
-		c.retries = make(map[int]tried)
-		c.backoffs = make(map[int]backoff[I])
-		c.retrying.Store(true)
+	if l.retries == nil {
+		l.retries = make(map[int]tried)
+		l.backoffs = make(map[int]backoff[I])
 		// A cancelled group ends its waiting tasks at once, not after
 		// their delay.
 		context.AfterFunc(c.ctx, c.endBackoffs)
 	}
-	c.retries[e.seq] = tried{attempt, err}
-	c.backoffs[e.seq] = backoff[I]{e, err, time.AfterFunc(r.Backoff(attempt), func() { c.requeue(e.seq) })}
+	l.retries[e.seq] = tried{attempt, err}
+	l.backoffs[e.seq] = backoff[I]{e, err, time.AfterFunc(r.Backoff(attempt), func() { c.requeue(e.seq) })}
 	c.running--
 	n := c.needSteps()
 	c.signal()
@@ -640,16 +666,16 @@ func (c *core[I]) retryLater(e entry[I], err error, keep bool) (again, later boo
 // endBackoffs did.
 func (c *core[I]) requeue(seq int) {
 	c.mu.Lock()
-	b, ok := c.backoffs[seq]
+	b, ok := c.later.backoffs[seq]
 	if !ok {
 		c.mu.Unlock()
 		return
 	}
-	delete(c.backoffs, seq)
+	delete(c.later.backoffs, seq)
 	if c.ctx.Err() != nil {
 		// Cancelled meanwhile: end it as endBackoffs does, rather than
 		// queue it after the queue was skipped (see doneChan).
-		delete(c.retries, seq)
+		delete(c.later.retries, seq)
 		c.running++ // for done to count it out
 		c.mu.Unlock()
 		c.done(seq, b.err, false, false)
@@ -667,12 +693,16 @@ func (c *core[I]) requeue(seq int) {
 // forget drops the record of task seq's failed calls, if it has one, and
 // returns the last one's error, or nil.
 func (c *core[I]) forget(seq int) error {
-	if !c.retrying.Load() {
+	if c.cfg.retry == nil {
 		return nil
 	}
 	c.mu.Lock()
-	t, ok := c.retries[seq]
-	delete(c.retries, seq)
+	var t tried
+	ok := false
+	if c.later != nil {
+		t, ok = c.later.retries[seq]
+		delete(c.later.retries, seq)
+	}
 	c.mu.Unlock()
 	if !ok {
 		return nil
@@ -685,10 +715,11 @@ func (c *core[I]) forget(seq int) error {
 func (c *core[I]) endBackoffs() {
 	c.mu.Lock()
 	var ended []backoff[I]
-	for seq, b := range c.backoffs {
+	l := c.later
+	for seq, b := range l.backoffs {
 		b.t.Stop() // if it fired, requeue finds the task gone
-		delete(c.backoffs, seq)
-		delete(c.retries, seq)
+		delete(l.backoffs, seq)
+		delete(l.retries, seq)
 		ended = append(ended, b)
 	}
 	c.running += len(ended) // for done to count them out
@@ -703,12 +734,12 @@ func (c *core[I]) endBackoffs() {
 // kept for the caller to run itself, and done reports whether it was.
 func (c *core[I]) done(seq int, err error, skipped, keep bool) bool {
 	c.mu.Lock()
-	if c.settle != nil {
+	if c.hooks != nil && c.hooks.settle != nil {
 		if skipped {
 			c.skipped++
 			err = context.Cause(c.ctx)
 		}
-		if cause := c.settle(seq, err, skipped); cause != nil {
+		if cause := c.hooks.settle(seq, err, skipped); cause != nil {
 			c.cancel(cause)
 		}
 	} else if skipped {
@@ -723,7 +754,7 @@ func (c *core[I]) done(seq int, err error, skipped, keep bool) bool {
 	}
 	c.running--
 	c.unfinished--
-	if c.unfinished == 0 && c.doneCh != nil {
+	if c.unfinished == 0 && c.later != nil && c.later.doneCh != nil {
 		c.end()
 	}
 	n := c.needSteps()
@@ -740,17 +771,18 @@ func (c *core[I]) doneChan() <-chan struct{} {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.doneCh == nil {
-		c.doneCh = make(chan struct{})
+	l := c.laterLocked()
+	if l.doneCh == nil {
+		l.doneCh = make(chan struct{})
 		if c.unfinished == 0 {
 			c.end()
 		} else {
 			// Only a waiter skips the queued tasks of a cancelled group:
 			// without one, nothing else would end it.
-			c.stopSkip = context.AfterFunc(c.ctx, c.skipQueued)
+			l.stopSkip = context.AfterFunc(c.ctx, c.skipQueued)
 		}
 	}
-	return c.doneCh
+	return l.doneCh
 }
 
 // skipQueued skips the tasks queued in a cancelled group, as a waiter
@@ -774,9 +806,9 @@ func (c *core[I]) skipQueued() {
 func (c *core[I]) end() {
 	if !c.ended {
 		c.ended = true
-		close(c.doneCh)
-		if c.stopSkip != nil {
-			c.stopSkip()
+		close(c.later.doneCh)
+		if c.later.stopSkip != nil {
+			c.later.stopSkip()
 		}
 	}
 }
@@ -854,7 +886,7 @@ func (c *core[I]) await(n int) {
 	skipping := false // the context has been seen cancelled
 	help := 0         // whether the caller may run tasks (see mayHelp): 1 yes, -1 no, 0 not asked yet
 	yields := 0       // before asking
-	for c.unfinished > n && (c.until == nil || !c.until()) {
+	for c.unfinished > n && !c.untilNow() {
 		if c.q.Len() > 0 && (c.ctx.Err() != nil || c.running < c.limit && help > 0) {
 			e := c.q.Take()
 			c.running++

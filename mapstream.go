@@ -63,8 +63,7 @@ func MapErrStream[T, R any](ctx context.Context, p *Pool, seq iter.Seq[T], fn fu
 		s := &resultStream[T, R]{fn: fn}
 		c := &s.c
 		c.exec = s.exec
-		c.settle = s.settle
-		c.until = s.headReady
+		c.hooks = &coreHooks{settle: s.settle, until: s.headReady}
 		if err := c.init(ctx, p, opts, nil); err != nil {
 			yield(zero, err)
 			return
@@ -198,7 +197,7 @@ func (s *resultStream[T, R]) close() {
 	}
 	c.cancel(context.Canceled)
 	c.mu.Lock()
-	c.until = nil // finish waits for every call, not for the next result
+	c.hooks.until = nil // finish waits for every call, not for the next result
 	c.mu.Unlock()
 	c.finish(true) // settle took every outcome: finish has no panic of its own to hand over
 	var unseen []*PanicError

@@ -74,9 +74,8 @@ const (
 func NewStream(ctx context.Context, p *Pool, opts ...GroupOption) *Stream {
 	s := new(Stream)
 	s.c.exec = s.exec
-	s.c.lost = s.skipped
 	s.c.grow = s.grow
-	s.c.stranded = s.wakeProducer
+	s.c.hooks = &coreHooks{lost: s.skipped, stranded: s.wakeProducer}
 	s.c.mustInit(ctx, p, opts, nil)
 	s.window = s.c.cfg.limit
 	if s.window == 0 {
