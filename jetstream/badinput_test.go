@@ -224,6 +224,7 @@ func TestBadInputs(t *testing.T) {
 		{"WithDeadLetter(js, space)", consumerOptionPanics(WithDeadLetter(js, "dead letters")), crew.ErrInvalid},
 		{"WithErrorHandler(nil)", consumerOptionPanics(WithErrorHandler(nil)), crew.ErrInvalid},
 		{"WithCodec(nil) for a consumer", consumerOptionPanics(WithCodec(nil)), crew.ErrInvalid},
+		{"WithContextExtractor(nil)", consumerOptionPanics(WithContextExtractor(nil)), crew.ErrInvalid},
 
 		// Consumer.Run and Stats.
 		{"Run on a nil Consumer", func(*testing.T) error { return (*Consumer[item])(nil).Run(ctx) }, crew.ErrInvalid},
@@ -487,6 +488,9 @@ func TestBadInputs(t *testing.T) {
 		}, crew.ErrInvalid},
 		{"NewQueue WithCodec(nil)", func(*testing.T) error {
 			return panicValue(func() { NewQueue[item](js, "jobs.new", WithCodec(nil)) })
+		}, crew.ErrInvalid},
+		{"NewQueue WithHeaderInjector(nil)", func(*testing.T) error {
+			return panicValue(func() { NewQueue[item](js, "jobs.new", WithHeaderInjector(nil)) })
 		}, crew.ErrInvalid},
 		{"Enqueue on a nil Queue", func(*testing.T) error {
 			_, err := (*Queue[item])(nil).Enqueue(ctx, item{})

@@ -88,6 +88,12 @@
 // later without counting an attempt ([WithSnooze], [Msg.Attempt]), or a
 // [Permanent] error to give it up at once.
 //
+// [WithHeaderInjector] writes what the context of Enqueue carries, a
+// trace context for example, into the job's headers, and
+// [WithContextExtractor] reads it back into the handler's context; the
+// package github.com/gocrew/crew/exporters/crewotel has such a pair for
+// OpenTelemetry, which this package does not depend on.
+//
 //	q := crewjs.NewQueue[Email](js, "jobs.email")
 //	seq, err := q.Enqueue(ctx, Email{To: to}, crewjs.WithDelay(time.Minute), crewjs.WithUniqueID("welcome-"+to))
 //

@@ -74,7 +74,8 @@ type consumerSettings struct {
 	doubleAck    bool
 	snoozeJS     natsjs.JetStream
 	route        routeName // WithKeyed or WithPriority: a *msgRoute[T]; nil: none
-	pullsSet     bool      // WithPulls was given
+	extract      ContextExtractor
+	pullsSet     bool // WithPulls was given
 }
 
 func defaultConsumerSettings() consumerSettings {

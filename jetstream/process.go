@@ -106,7 +106,7 @@ func (r *run[T]) process(ctx context.Context, d *delivery, p *prepared[T]) {
 		finished = true
 		return
 	}
-	err := recovered(func() error { return r.c.handler(ctx, p.msg) })
+	err := recovered(func() error { return r.c.handler(r.s.handlerContext(ctx, p.msg.Header), p.msg) })
 	r.settleOutcome(ctx, d, p.meta, p.msg.Attempt(), err)
 	finished = true
 }

@@ -45,15 +45,20 @@ type Queue[T any] struct {
 	js      natsjs.JetStream
 	subject string
 	codec   Codec
+	inject  HeaderInjector
 }
 
-// A QueueOption configures [NewQueue]. Every [Option] ([WithCodec]) is one.
+// A QueueOption configures [NewQueue]: [WithHeaderInjector], and every
+// [Option] ([WithCodec]).
 type QueueOption interface {
 	// applyQueue applies the option to s, or returns why it is invalid.
 	applyQueue(s *queueSettings) error
 }
 
-type queueSettings struct{ codec Codec }
+type queueSettings struct {
+	codec  Codec
+	inject HeaderInjector // nil: none
+}
 
 // NewQueue returns a [Queue] of jobs published through js to subject, which
 // must belong to a stream, configured by opts. NewQueue panics, with an
@@ -68,7 +73,7 @@ func NewQueue[T any](js natsjs.JetStream, subject string, opts ...QueueOption) *
 	}
 	s := queueSettings{codec: JSON{}}
 	applyOptions("NewQueue", &s, argErr, opts, QueueOption.applyQueue)
-	return &Queue[T]{js: js, subject: subject, codec: s.codec}
+	return &Queue[T]{js: js, subject: subject, codec: s.codec, inject: s.inject}
 }
 
 // Subject returns the subject the Queue publishes its jobs to: "" for a
@@ -176,6 +181,9 @@ func (q *Queue[T]) Enqueue(ctx context.Context, job T, opts ...EnqueueOption) (u
 	m, err := q.message(job, s)
 	if err != nil {
 		return 0, err
+	}
+	if q.inject != nil {
+		inject(q.inject, ctx, m.Header)
 	}
 	if now := time.Now(); s.due != nil && s.due(now).After(now) {
 		q.schedule(m, nuid.Next(), "@at "+s.due(now).UTC().Format(time.RFC3339Nano), s.ttl)

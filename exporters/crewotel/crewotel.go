@@ -44,6 +44,18 @@
 // exactly), over the pool's whole
 // life, plus totals from which a backend can derive the mean over any
 // interval.
+//
+// # JetStream
+//
+// [RegisterJetStream] reports the statistics of the consumers and
+// publishers of the package github.com/gocrew/crew/jetstream, each under
+// the name it is given ([ConsumerKey], [PublisherKey]). [InjectTrace] and
+// [ExtractTrace] carry the W3C trace context of a [jetstream.Queue]'s
+// Enqueue call to the context of the [jetstream.Consumer]'s handler, in
+// the job's headers (traceparent, tracestate):
+//
+//	q := crewjs.NewQueue[Email](js, "jobs.email", crewjs.WithHeaderInjector(crewotel.InjectTrace))
+//	c := crewjs.NewConsumer(cons, pool, handle, crewjs.WithContextExtractor(crewotel.ExtractTrace))
 package crewotel
 
 import (
@@ -74,15 +86,16 @@ const QuantileKey = attribute.Key("quantile")
 // appears twice; empty, only the latency totals are exported.
 var Quantiles = []float64{0.5, 0.9, 0.99, 1}
 
-// A stat is an instrument whose value is read from crew.Stats.
-type stat struct {
+// A stat is an instrument whose value is read from statistics S:
+// crew.Stats, jetstream.Stats or jetstream.PublisherStats.
+type stat[S any] struct {
 	name, unit, desc string
 	monotonic        bool // a Counter; an UpDownCounter if not set
-	value            func(crew.Stats) int64
+	value            func(S) int64
 }
 
 // poolStats are the instruments read from crew.Stats.
-var poolStats = []stat{
+var poolStats = []stat[crew.Stats]{
 	{"crew.pool.workers", "{worker}", "Live worker goroutines.", false, func(s crew.Stats) int64 { return int64(s.Workers) }},
 	{"crew.pool.workers.idle", "{worker}", "Workers parked until a task wakes them.", false, func(s crew.Stats) int64 { return int64(s.Idle) }},
 	{"crew.pool.workers.max", "{worker}", "The pool's worker limit.", false, func(s crew.Stats) int64 { return int64(s.MaxWorkers) }},
@@ -97,7 +110,7 @@ var poolStats = []stat{
 }
 
 // instrument creates the instrument of st on meter.
-func (st stat) instrument(meter metric.Meter) (metric.Int64Observable, error) {
+func (st stat[S]) instrument(meter metric.Meter) (metric.Int64Observable, error) {
 	unit, desc := metric.WithUnit(st.unit), metric.WithDescription(st.desc)
 	if st.monotonic {
 		return meter.Int64ObservableCounter(st.name, unit, desc)

@@ -33,6 +33,11 @@
 // time from crew's own, which keep far finer buckets: an observation is
 // counted in a Prometheus bucket by the value crew reports for it, within
 // [crew.HistogramRelativeError] (3.125%) of the true one.
+//
+// A [JetStreamCollector], made with [NewJetStreamCollector], reports the
+// consumers and publishers of the package github.com/gocrew/crew/jetstream
+// (crew_jetstream_consumer_acked_total and so on), labelled consumer or
+// publisher by the names it is given.
 package crewprom
 
 import (
@@ -93,19 +98,20 @@ type Collector struct {
 	buckets []float64
 	ns      string
 
-	stats     []statMetric // one per poolStats entry, in its order
+	stats     []statMetric[crew.Stats] // one per poolStats entry, in its order
 	wait, run *prometheus.Desc
 }
 
-// A stat is a metric whose value is read from crew.Stats.
-type stat struct {
+// A stat is a metric whose value is read from statistics S: crew.Stats,
+// jetstream.Stats or jetstream.PublisherStats.
+type stat[S any] struct {
 	name, help string
 	kind       prometheus.ValueType
-	value      func(crew.Stats) float64
+	value      func(S) float64
 }
 
 // poolStats are the metrics read from crew.Stats.
-var poolStats = []stat{
+var poolStats = []stat[crew.Stats]{
 	{"max_workers", "The pool's worker limit.", prometheus.GaugeValue, func(s crew.Stats) float64 { return float64(s.MaxWorkers) }},
 	{"workers", "Live worker goroutines.", prometheus.GaugeValue, func(s crew.Stats) float64 { return float64(s.Workers) }},
 	{"idle_workers", "Workers parked until a task wakes them.", prometheus.GaugeValue, func(s crew.Stats) float64 { return float64(s.Idle) }},
@@ -120,8 +126,8 @@ var poolStats = []stat{
 }
 
 // A statMetric is a stat with its descriptor in a Collector.
-type statMetric struct {
-	stat
+type statMetric[S any] struct {
+	stat[S]
 	desc *prometheus.Desc
 }
 
@@ -154,9 +160,9 @@ func NewCollector(pools []*crew.Pool, opts ...Option) *Collector {
 	desc := func(name, help string) *prometheus.Desc {
 		return prometheus.NewDesc(prometheus.BuildFQName(c.ns, "pool", name), help, []string{"pool"}, nil)
 	}
-	c.stats = make([]statMetric, len(poolStats))
+	c.stats = make([]statMetric[crew.Stats], len(poolStats))
 	for i, st := range poolStats {
-		c.stats[i] = statMetric{st, desc(st.name, st.help)}
+		c.stats[i] = statMetric[crew.Stats]{st, desc(st.name, st.help)}
 	}
 	c.wait = desc("task_wait_seconds", "Time from a task's submission to its start.")
 	c.run = desc("task_run_seconds", "Time from a task's start to its return.")
