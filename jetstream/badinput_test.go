@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"math"
 	"strconv"
 	"sync/atomic"
@@ -592,6 +593,70 @@ func TestBadInputs(t *testing.T) {
 			}
 			return nil
 		}, nil},
+
+		// DeadLetters.
+		{"NewDeadLetters nil JetStream", func(*testing.T) error {
+			return panicValue(func() { NewDeadLetters(nil, "dead.jobs") })
+		}, crew.ErrInvalid},
+		{"NewDeadLetters empty subject", func(*testing.T) error {
+			return panicValue(func() { NewDeadLetters(js, "") })
+		}, crew.ErrInvalid},
+		{"NewDeadLetters subject with a space", func(*testing.T) error {
+			return panicValue(func() { NewDeadLetters(js, "dead jobs") })
+		}, crew.ErrInvalid},
+		{"NewDeadLetters subject with > before its end", func(*testing.T) error {
+			return panicValue(func() { NewDeadLetters(js, "dead.>.jobs") })
+		}, crew.ErrInvalid},
+		{"NewDeadLetters subject with an empty token", func(*testing.T) error {
+			return panicValue(func() { NewDeadLetters(js, "dead..jobs") })
+		}, crew.ErrInvalid},
+		{"Get on a nil DeadLetters", func(*testing.T) error {
+			_, err := (*DeadLetters)(nil).Get(ctx, 1)
+			return err
+		}, crew.ErrInvalid},
+		{"Replay on a zero DeadLetters", func(*testing.T) error {
+			_, err := new(DeadLetters).Replay(ctx, 1)
+			return err
+		}, crew.ErrInvalid},
+		{"Delete on a zero DeadLetters", func(*testing.T) error { return new(DeadLetters).Delete(ctx, 1) }, crew.ErrInvalid},
+		{"List on a nil DeadLetters", func(*testing.T) error { return listErr((*DeadLetters)(nil).List(ctx)) }, crew.ErrInvalid},
+		{"List nil context", func(*testing.T) error {
+			return listErr(NewDeadLetters(js, "jobs.dead").List(nil)) //nolint:staticcheck // the case under test
+		}, crew.ErrInvalid},
+		{"Get nil context", func(*testing.T) error {
+			_, err := NewDeadLetters(js, "jobs.dead").Get(nil, 1) //nolint:staticcheck // the case under test
+			return err
+		}, crew.ErrInvalid},
+		{"Get sequence 0", func(*testing.T) error {
+			_, err := NewDeadLetters(js, "jobs.dead").Get(ctx, 0)
+			return err
+		}, crew.ErrInvalid},
+		{"Replay sequence 0", func(*testing.T) error {
+			_, err := NewDeadLetters(js, "jobs.dead").Replay(ctx, 0)
+			return err
+		}, crew.ErrInvalid},
+		{"Delete sequence 0", func(*testing.T) error { return NewDeadLetters(js, "jobs.dead").Delete(ctx, 0) }, crew.ErrInvalid},
+		{"Get a sequence never stored", func(*testing.T) error {
+			_, err := NewDeadLetters(js, "jobs.dead").Get(ctx, math.MaxUint64)
+			return err
+		}, natsjs.ErrMsgNotFound},
+		{"Replay a sequence never stored", func(*testing.T) error {
+			_, err := NewDeadLetters(js, "jobs.dead").Replay(ctx, math.MaxUint64)
+			return err
+		}, natsjs.ErrMsgNotFound},
+		{"Get of a subject no stream holds", func(*testing.T) error {
+			_, err := NewDeadLetters(js, "nowhere").Get(ctx, 1)
+			return err
+		}, errAny},
+		{"List of a subject no stream holds", func(*testing.T) error { return listErr(NewDeadLetters(js, "nowhere").List(ctx)) }, errAny},
+		{"List of a subject with no dead letters", func(*testing.T) error { return listErr(NewDeadLetters(js, "jobs.dead").List(ctx)) }, nil},
+		{"Decode with a nil Codec", func(*testing.T) error { var v item; return DeadLetter{}.Decode(nil, &v) }, crew.ErrInvalid},
+		{"Subject of a nil DeadLetters", func(*testing.T) error {
+			if s := (*DeadLetters)(nil).Subject(); s != "" {
+				return fmt.Errorf("Subject() = %q", s)
+			}
+			return nil
+		}, nil},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -628,6 +693,18 @@ func TestBadInputs(t *testing.T) {
 			}
 		})
 	}
+}
+
+// listErr ranges over a List and returns the first error it yields, or
+// an error if it yields a dead letter.
+func listErr(seq iter.Seq2[DeadLetter, error]) error {
+	for dl, err := range seq {
+		if err != nil {
+			return err
+		}
+		return fmt.Errorf("yielded dead letter %d", dl.Seq)
+	}
+	return nil
 }
 
 // consumerOptionPanics returns a case that builds a Consumer with o.

@@ -97,6 +97,27 @@
 //	q := crewjs.NewQueue[Email](js, "jobs.email")
 //	seq, err := q.Enqueue(ctx, Email{To: to}, crewjs.WithDelay(time.Minute), crewjs.WithUniqueID("welcome-"+to))
 //
+// # Dead letters
+//
+// [NewDeadLetters] returns the [DeadLetters] of the subject given to
+// [WithDeadLetter], read from the stream that holds it:
+// [DeadLetters.List] ranges over them, oldest first, [DeadLetters.Get]
+// reads one, [DeadLetters.Replay] publishes one again to its original
+// subject, without the dead-letter headers, and then deletes it, and
+// [DeadLetters.Delete] deletes one. A [DeadLetter] says where the
+// original came from and why it was given up on; [DeadLetter.Decode]
+// decodes its body. The command in examples/deadletters does the same
+// from a shell.
+//
+//	dead := crewjs.NewDeadLetters(js, "orders.dead")
+//	for dl, err := range dead.List(ctx) {
+//		if err != nil {
+//			return err
+//		}
+//		fmt.Println(dl.Seq, dl.Subject, dl.Error)
+//	}
+//	newSeq, err := dead.Replay(ctx, seq)
+//
 // # Payloads
 //
 // Payloads are typed: a [Codec] encodes the items a Publisher sends and

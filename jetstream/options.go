@@ -295,19 +295,31 @@ func WithDeadLetter(js natsjs.JetStream, subject string) ConsumerOption {
 // checkSubject returns why subject cannot be published to, or nil: it must
 // be non-empty, without spaces, tabs or line breaks, and made of non-empty
 // tokens separated by dots, none of them a wildcard (* or >).
-func checkSubject(subject string) error {
+func checkSubject(subject string) error { return checkTokens(subject, false) }
+
+// checkFilter returns why subject is neither a subject nor a subject
+// filter, or nil: as checkSubject, but with wildcards, > only as the last
+// token.
+func checkFilter(subject string) error { return checkTokens(subject, true) }
+
+// checkTokens checks subject for checkSubject, or checkFilter if
+// wildcards is true.
+func checkTokens(subject string, wildcards bool) error {
 	if subject == "" {
 		return errors.New("empty subject")
 	}
 	if strings.ContainsAny(subject, " \t\r\n") {
 		return fmt.Errorf("subject %q contains white space", subject)
 	}
-	for tok := range strings.SplitSeq(subject, ".") {
-		switch tok {
-		case "":
+	toks := strings.Split(subject, ".")
+	for i, tok := range toks {
+		switch {
+		case tok == "":
 			return fmt.Errorf("subject %q has an empty token", subject)
-		case "*", ">":
+		case !wildcards && (tok == "*" || tok == ">"):
 			return fmt.Errorf("subject %q has a wildcard, which cannot be published to", subject)
+		case tok == ">" && i != len(toks)-1:
+			return fmt.Errorf("subject %q has > before its last token", subject)
 		}
 	}
 	return nil

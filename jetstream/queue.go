@@ -339,11 +339,16 @@ func (q *Queue[T]) publish(ctx context.Context, m *nats.Msg) (uint64, error) {
 
 // stream looks up the stream that holds the Queue's subject.
 func (q *Queue[T]) stream(ctx context.Context) (natsjs.Stream, error) {
-	name, err := q.js.StreamNameBySubject(ctx, q.subject)
+	return streamOf(ctx, q.js, q.subject)
+}
+
+// streamOf looks up, through js, the stream that holds subject.
+func streamOf(ctx context.Context, js natsjs.JetStream, subject string) (natsjs.Stream, error) {
+	name, err := js.StreamNameBySubject(ctx, subject)
 	if err != nil {
-		return nil, fmt.Errorf("jetstream: stream of %s: %w", q.subject, err)
+		return nil, fmt.Errorf("jetstream: stream of %s: %w", subject, err)
 	}
-	st, err := q.js.Stream(ctx, name)
+	st, err := js.Stream(ctx, name)
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: stream %s: %w", name, err)
 	}
