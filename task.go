@@ -8,9 +8,8 @@ import (
 )
 
 // A Task is the handle of a function submitted with one of the Submit
-// forms of a [Pool], [Keyed], [Priority], [RateLimited], [Subpool] or
-// [Weighted]: [Task.Wait]
-// returns its error.
+// forms of a [Pool], [Keyed], [Priority], [RateLimited], [Subpool],
+// [Weighted] or [Retrying]: [Task.Wait] returns its error.
 type Task struct {
 	p        *Pool
 	fn       func(context.Context) error
@@ -21,9 +20,10 @@ type Task struct {
 
 	prev, next *Task // in p.queued until the task starts, guarded by p.mu
 	listed     bool
-	panicked   bool // run recovered a panic: err is its *PanicError, not one fn returned
-	refused    bool // never queued: err says why
-	layered    bool // queued in a Keyed, Priority or RateLimited, not in p.queued
+	panicked   bool       // run recovered a panic: err is its *PanicError, not one fn returned
+	refused    bool       // never queued: err says why
+	layered    bool       // queued in a Keyed, Priority or RateLimited, not in p.queued
+	retry      *retryTask // a Retrying's task: Cancel tells it
 
 	// The cancellable context the task received, made when it is first
 	// needed (see taskContext); nil until then.
