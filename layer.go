@@ -105,7 +105,7 @@ func (st *stepper) submit(ctx context.Context, s layerStep, mode pushMode) error
 }
 
 func (st *stepper) sendTo(ctx context.Context, s layerStep, mode pushMode) error {
-	switch ex := st.ex.(type) {
+	switch ex := direct(st.ex).(type) {
 	case *RateLimited:
 		return ex.push(ctx, struct{}{}, layerEntry{fn: s.run, owner: s.owner}, mode)
 	case *Subpool:
@@ -121,6 +121,19 @@ func (st *stepper) sendTo(ctx context.Context, s layerStep, mode pushMode) error
 		return c.push(s.run, nil)
 	}
 	return errZeroLayer
+}
+
+// direct returns the executor that takes the steps submitted to ex: ex
+// itself, or, for a Retrying, whose Go forms are its executor's, the first
+// executor under it that is not a Retrying.
+func direct(ex Executor) Executor {
+	for {
+		r, ok := ex.(*Retrying)
+		if !ok || r.layer().zero() {
+			return ex
+		}
+		ex = r.l.steps.ex
+	}
 }
 
 // owe queues s for the owing goroutine, starting it if need be.
@@ -170,7 +183,7 @@ func (st *stepper) payOwed() {
 // once it has ended, the rest is dropped instead. A RateLimited never
 // lets it: that would start a task without a token.
 func (st *stepper) inline(err error) bool {
-	p, ok := st.ex.(*Pool)
+	p, ok := direct(st.ex).(*Pool)
 	return ok && (err == ErrQueueFull || err == ErrStopped && !p.over())
 }
 

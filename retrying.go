@@ -3,7 +3,7 @@ package crew
 import (
 	"context"
 	"errors"
-	"runtime/debug"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -65,7 +65,7 @@ type retryTask struct {
 // goroutine while idle.
 func NewRetrying(ex Executor, r Retry) *Retrying {
 	if err := r.check(); err != nil {
-		panic(invalidf("crew.NewRetrying: %w", err))
+		panic(fmt.Errorf("crew.NewRetrying: %w", err))
 	}
 	rt := &Retrying{policy: r, pending: make(map[*retryTask]struct{})}
 	rt.l.init(ex, "NewRetrying", rt.abandon)
@@ -239,19 +239,11 @@ func (rt *retryTask) call() {
 		if returned {
 			return
 		}
-		t.ended()
-		c.failed.Add(1)
 		var v any
 		if !c.crash {
 			v = recover()
 		}
-		if v != nil {
-			c.panicked.Add(1)
-			t.panicked = true
-			t.finish(&PanicError{Value: v, Stack: debug.Stack()})
-		} else {
-			t.finish(ErrGoexit) // or a panic about to crash the program
-		}
+		t.unwound(v)
 		r.l.done(1)
 	}()
 	err := r.policy.call(ctx, rt.fn)
@@ -278,7 +270,7 @@ func (rt *retryTask) call() {
 // interrupted the call, and reports whether it did.
 func (rt *retryTask) later(err error) bool {
 	r := rt.r
-	if rt.calls >= r.policy.Attempts || !r.policy.again(context.Background(), rt.calls, err) {
+	if !r.policy.again(context.Background(), rt.calls, err) {
 		return false
 	}
 	rt.err = err
@@ -354,10 +346,10 @@ func (rt *retryTask) stepDropped() {
 	delete(r.pending, rt)
 	r.l.holdDrop()
 	r.mu.Unlock()
-	defer r.l.p.c.end.release() // holdDrop's
-	if ours {
-		r.drop(rt)
+	if !ours {
+		rt = nil
 	}
+	r.dropTaken(rt)
 }
 
 // abandon drops every task that will not be called again once the pool
@@ -377,6 +369,15 @@ func (r *Retrying) abandon() {
 	r.waiting = 0
 	r.mu.Unlock()
 	r.drop(rts...)
+}
+
+// dropTaken drops rt, if not nil, taken from pending under holdDrop,
+// then lets Stop return.
+func (r *Retrying) dropTaken(rt *retryTask) {
+	defer r.l.p.c.end.release() // holdDrop's
+	if rt != nil {
+		r.drop(rt)
+	}
 }
 
 // drop counts out tasks that will not be called again: each finishes

@@ -92,7 +92,11 @@ func (t *Task) Cancel() bool {
 		return false
 	}
 	if t.layered && t.state.CompareAndSwap(accepted, cancelled) || !t.layered && t.p.cancelQueued(t) {
-		t.finish(context.Canceled)
+		if t.retry != nil {
+			t.retry.cancelDelayed() // finishes t
+		} else {
+			t.finish(context.Canceled)
+		}
 		return true
 	}
 	// Begun, or about to be: cancel its context.
@@ -245,19 +249,11 @@ func (t *Task) exec() (ran bool) {
 			return
 		}
 		ran = true // a recovered panic returns from exec too
-		t.ended()
-		c.failed.Add(1)
 		var v any
 		if !c.crash {
 			v = recover()
 		}
-		if v != nil {
-			c.panicked.Add(1)
-			t.panicked = true
-			t.finish(&PanicError{Value: v, Stack: debug.Stack()})
-			return
-		}
-		t.finish(ErrGoexit) // or a panic about to crash the program
+		t.unwound(v)
 	}()
 	err := t.fn((*taskContext)(t))
 	t.ended()
@@ -270,6 +266,22 @@ func (t *Task) exec() (ran bool) {
 	}
 	t.finish(err)
 	return true
+}
+
+// unwound finishes t, whose function did not return: it panicked with v
+// (recovered by the caller's deferred func), or called runtime.Goexit, or
+// its panic is about to crash the program (v nil).
+func (t *Task) unwound(v any) {
+	c := &t.p.c
+	t.ended()
+	c.failed.Add(1)
+	if v != nil {
+		c.panicked.Add(1)
+		t.panicked = true
+		t.finish(&PanicError{Value: v, Stack: debug.Stack()})
+		return
+	}
+	t.finish(ErrGoexit)
 }
 
 // passedOver counts a Submit task of a Pool that a worker found cancelled
