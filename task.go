@@ -85,8 +85,11 @@ var errZeroTask = invalidf("a Task must come from a Submit method")
 // layer's order until the layer reaches it and passes over it: it counts
 // among [LayerStats].Unfinished until then (the layer's Wait waits for
 // it), and in LayerStats.Cancelled from then on; a RateLimited, or a
-// Keyed with a per-key rate, spends a token on it. Cancel does not wait
-// for the task, and allocates nothing.
+// Keyed with a per-key rate, spends a token on it. A [Retrying]'s task
+// waiting for the delay before its next call ends at once, and Wait
+// returns its last call's error joined with context.Canceled (see
+// [Retrying.Submit]). Cancel does not wait for the task, and allocates
+// nothing.
 func (t *Task) Cancel() bool {
 	if t == nil || t.done == nil || t.finished.Load() {
 		return false
