@@ -171,19 +171,24 @@ func TestBadInputNilLayers(t *testing.T) {
 	var q *crew.Priority
 	var r *crew.RateLimited
 	var sub *crew.Subpool
+	var rt *crew.Retrying
 	nop := func(context.Context) error { return nil }
 	calls := map[string]func() error{
-		"Keyed.Go":           func() error { return k.Go(1, func() {}) },
-		"Keyed.Submit":       func() error { return k.Submit(1, nop).Wait() },
-		"Priority.Go":        func() error { return q.Go(1, func() {}) },
-		"Priority.Submit":    func() error { return q.Submit(1, nop).Wait() },
-		"RateLimited.Go":     func() error { return r.Go(func() {}) },
-		"RateLimited.Submit": func() error { return r.Submit(nop).Wait() },
-		"Keyed on it.Go":     func() error { return crew.NewKeyed[int](r).Go(1, func() {}) },
-		"Priority on it.Go":  func() error { return crew.NewPriority(r).Go(1, func() {}) },
-		"Subpool.Go":         func() error { return sub.Go(func() {}) },
-		"Subpool.Submit":     func() error { return sub.Submit(nop).Wait() },
-		"Subpool on it.Go":   func() error { return crew.NewSubpool(r, 2).Weighted(2).Go(func() {}) },
+		"Keyed.Go":              func() error { return k.Go(1, func() {}) },
+		"Keyed.Submit":          func() error { return k.Submit(1, nop).Wait() },
+		"Priority.Go":           func() error { return q.Go(1, func() {}) },
+		"Priority.Submit":       func() error { return q.Submit(1, nop).Wait() },
+		"RateLimited.Go":        func() error { return r.Go(func() {}) },
+		"RateLimited.Submit":    func() error { return r.Submit(nop).Wait() },
+		"Keyed on it.Go":        func() error { return crew.NewKeyed[int](r).Go(1, func() {}) },
+		"Priority on it.Go":     func() error { return crew.NewPriority(r).Go(1, func() {}) },
+		"Subpool.Go":            func() error { return sub.Go(func() {}) },
+		"Subpool.Submit":        func() error { return sub.Submit(nop).Wait() },
+		"Subpool on it.Go":      func() error { return crew.NewSubpool(r, 2).Weighted(2).Go(func() {}) },
+		"Retrying.Go":           func() error { return rt.Go(func() {}) },
+		"Retrying.Submit":       func() error { return rt.Submit(nop).Wait() },
+		"Retrying on it":        func() error { return crew.NewRetrying(r, crew.Retry{Attempts: 2}).Submit(nop).Wait() },
+		"Keyed on nil Retrying": func() error { return crew.NewKeyed[int](rt).Go(1, func() {}) },
 	}
 	for name, call := range calls {
 		if err, panicked := newPanic(func() {
@@ -198,7 +203,8 @@ func TestBadInputNilLayers(t *testing.T) {
 		k.Wait()
 		q.Wait()
 		r.Wait()
-		if k.Stats() != (crew.LayerStats{}) || q.Stats() != (crew.LayerStats{}) || r.Stats() != (crew.LayerStats{}) {
+		rt.Wait()
+		if k.Stats() != (crew.LayerStats{}) || q.Stats() != (crew.LayerStats{}) || r.Stats() != (crew.LayerStats{}) || rt.Stats() != (crew.LayerStats{}) {
 			t.Error("nil layers: Stats are not zero")
 		}
 	}); panicked {

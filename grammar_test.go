@@ -26,6 +26,7 @@ func TestAPIGrammar(t *testing.T) {
 		"Priority":      {reflect.TypeFor[*crew.Priority](), []string{"Go", "Submit"}},
 		"RateLimited":   {reflect.TypeFor[*crew.RateLimited](), []string{"Go", "Submit"}},
 		"Subpool":       {reflect.TypeFor[*crew.Subpool](), []string{"Go", "Submit"}},
+		"Retrying":      {reflect.TypeFor[*crew.Retrying](), []string{"Go", "Submit"}},
 		"Weighted":      {reflect.TypeFor[crew.Weighted](), []string{"Go", "Submit"}},
 		"Stream":        {reflect.TypeFor[*crew.Stream](), []string{"Go"}},
 		"Group":         {reflect.TypeFor[*crew.Group](), nil},
@@ -348,6 +349,8 @@ func TestOptionsReportedByTheirConstructor(t *testing.T) {
 		"NewPriority invalid":    func() { crew.NewPriority(p, crew.WithAging(-time.Second)) },
 		"NewRateLimited invalid": func() { crew.NewRateLimited(p, crew.Rate{Limit: -1, Per: time.Second}) },
 		"NewRateLimited nil":     func() { crew.NewRateLimited(nil, crew.Rate{Limit: 1, Per: time.Second}) },
+		"NewRetrying invalid":    func() { crew.NewRetrying(p, crew.Retry{}) },
+		"NewRetrying nil":        func() { crew.NewRetrying(nil, crew.Retry{Attempts: 1}) },
 	}
 	for name, f := range bad {
 		if err, panicked := recoverErr(f); !panicked || !errors.Is(err, crew.ErrInvalid) {

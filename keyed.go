@@ -216,7 +216,7 @@ func NewKeyed[K comparable](ex Executor, opts ...KeyedOption) *Keyed[K] {
 		sh.timerAt = -1
 	}
 	k.l.init(ex, "NewKeyed", k.abandon)
-	if p, ok := ex.(*Pool); ok && p.core().usable() {
+	if p, ok := direct(ex).(*Pool); ok && p.core().usable() {
 		k.startsWait = p.c.e.Bounded() && !p.c.nonBlocking
 	}
 	return k

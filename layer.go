@@ -38,8 +38,10 @@ import (
 
 // An Executor starts tasks on a pool's workers: a [*Pool], a
 // [*RateLimited], which starts them at a bounded rate on its own executor,
-// or a [*Subpool], which runs them under a limit of its own. [Keyed],
-// [Priority], RateLimited and Subpool take any Executor, so layers stack:
+// a [*Subpool], which runs them under a limit of its own, or a
+// [*Retrying], whose Submit forms call a failing task again. [Keyed],
+// [Priority], RateLimited, Subpool and Retrying take any Executor, so
+// layers stack:
 // a Keyed on a RateLimited runs each key in order and all keys together at
 // the rate. Its methods are the submission forms every crew type shares
 // (see [Pool.Go], [Pool.TryGo] and [Pool.GoContext]). Only crew's types
@@ -103,7 +105,7 @@ func (st *stepper) submit(ctx context.Context, s layerStep, mode pushMode) error
 }
 
 func (st *stepper) sendTo(ctx context.Context, s layerStep, mode pushMode) error {
-	switch ex := st.ex.(type) {
+	switch ex := direct(st.ex).(type) {
 	case *RateLimited:
 		return ex.push(ctx, struct{}{}, layerEntry{fn: s.run, owner: s.owner}, mode)
 	case *Subpool:
@@ -119,6 +121,19 @@ func (st *stepper) sendTo(ctx context.Context, s layerStep, mode pushMode) error
 		return c.push(s.run, nil)
 	}
 	return errZeroLayer
+}
+
+// direct returns the executor that takes the steps submitted to ex: ex
+// itself, or, for a Retrying, whose Go forms are its executor's, the first
+// executor under it that is not a Retrying.
+func direct(ex Executor) Executor {
+	for {
+		r, ok := ex.(*Retrying)
+		if !ok || r.layer().zero() {
+			return ex
+		}
+		ex = r.l.steps.ex
+	}
 }
 
 // owe queues s for the owing goroutine, starting it if need be.
@@ -168,7 +183,7 @@ func (st *stepper) payOwed() {
 // once it has ended, the rest is dropped instead. A RateLimited never
 // lets it: that would start a task without a token.
 func (st *stepper) inline(err error) bool {
-	p, ok := st.ex.(*Pool)
+	p, ok := direct(st.ex).(*Pool)
 	return ok && (err == ErrQueueFull || err == ErrStopped && !p.over())
 }
 
@@ -455,17 +470,18 @@ func (l *layer) zero() bool { return l == nil || l.steps.ex == nil }
 func (l *layer) over() bool { return l.p.over() }
 
 // errZeroLayer is returned by the methods of a Keyed, Priority,
-// RateLimited or Subpool not made by its constructor.
-var errZeroLayer = invalidf("Keyed, Priority, RateLimited and Subpool must be made with their New functions")
+// RateLimited, Subpool or Retrying not made by its constructor.
+var errZeroLayer = invalidf("Keyed, Priority, RateLimited, Subpool and Retrying must be made with their New functions")
 
-// LayerStats is a snapshot of a [Keyed], [Priority], [RateLimited] or
-// [Subpool] layer's counters. Like [Stats], its fields are read one at a time while
+// LayerStats is a snapshot of a [Keyed], [Priority], [RateLimited],
+// [Subpool] or [Retrying] layer's counters. Like [Stats], its fields are read one at a time while
 // tasks run.
 type LayerStats struct {
 	Unfinished int    // tasks accepted that have neither finished nor been dropped
 	Waiting    int    // of those, tasks not yet handed to a worker
 	Keys       int    // Keyed only: keys that hold memory (busy, paused, or refilling a per-key bucket)
 	Dropped    uint64 // tasks accepted and dropped because the pool stopped before they could start
+	Retried    uint64 // Retrying only: failed calls followed by a delay before another
 	// Cancelled counts the tasks that Task.Cancel kept from starting, once
 	// the layer has reached them in its order and passed over them (or
 	// let them go as the pool stopped); until then they are Unfinished.

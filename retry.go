@@ -16,9 +16,9 @@ import (
 // set. An error wrapped with [Permanent] is not retried, nor is a panic,
 // nor a call whose context has ended.
 //
-// The same policy serves a group's tasks ([WithRetry]), a call on the
-// current goroutine ([Retry.Do]) and the flushes of a batch.Batcher
-// (batch.WithRetry). A Retry is invalid when Attempts is below 1, a
+// The same policy serves a group's tasks ([WithRetry]), the Submit tasks
+// of a [Retrying] ([NewRetrying]), a call on the current goroutine
+// ([Retry.Do]) and the flushes of a batch.Batcher (batch.WithRetry). A Retry is invalid when Attempts is below 1, a
 // duration is negative, or MaxDelay is below Delay and not 0 (no bound);
 // what takes it reports that with an error wrapping [ErrInvalid].
 type Retry struct {

@@ -8,9 +8,8 @@ import (
 )
 
 // A Task is the handle of a function submitted with one of the Submit
-// forms of a [Pool], [Keyed], [Priority], [RateLimited], [Subpool] or
-// [Weighted]: [Task.Wait]
-// returns its error.
+// forms of a [Pool], [Keyed], [Priority], [RateLimited], [Subpool],
+// [Weighted] or [Retrying]: [Task.Wait] returns its error.
 type Task struct {
 	p        *Pool
 	fn       func(context.Context) error
@@ -21,9 +20,10 @@ type Task struct {
 
 	prev, next *Task // in p.queued until the task starts, guarded by p.mu
 	listed     bool
-	panicked   bool // run recovered a panic: err is its *PanicError, not one fn returned
-	refused    bool // never queued: err says why
-	layered    bool // queued in a Keyed, Priority or RateLimited, not in p.queued
+	panicked   bool       // run recovered a panic: err is its *PanicError, not one fn returned
+	refused    bool       // never queued: err says why
+	layered    bool       // queued in a Keyed, Priority or RateLimited, not in p.queued
+	retry      *retryTask // a Retrying's task: Cancel tells it
 
 	// The cancellable context the task received, made when it is first
 	// needed (see taskContext); nil until then.
@@ -85,14 +85,21 @@ var errZeroTask = invalidf("a Task must come from a Submit method")
 // layer's order until the layer reaches it and passes over it: it counts
 // among [LayerStats].Unfinished until then (the layer's Wait waits for
 // it), and in LayerStats.Cancelled from then on; a RateLimited, or a
-// Keyed with a per-key rate, spends a token on it. Cancel does not wait
-// for the task, and allocates nothing.
+// Keyed with a per-key rate, spends a token on it. A [Retrying]'s task
+// waiting for the delay before its next call ends at once, and Wait
+// returns its last call's error joined with context.Canceled (see
+// [Retrying.Submit]). Cancel does not wait for the task, and allocates
+// nothing.
 func (t *Task) Cancel() bool {
 	if t == nil || t.done == nil || t.finished.Load() {
 		return false
 	}
 	if t.layered && t.state.CompareAndSwap(accepted, cancelled) || !t.layered && t.p.cancelQueued(t) {
-		t.finish(context.Canceled)
+		if t.retry != nil {
+			t.retry.cancelDelayed() // finishes t
+		} else {
+			t.finish(context.Canceled)
+		}
 		return true
 	}
 	// Begun, or about to be: cancel its context.
@@ -245,19 +252,11 @@ func (t *Task) exec() (ran bool) {
 			return
 		}
 		ran = true // a recovered panic returns from exec too
-		t.ended()
-		c.failed.Add(1)
 		var v any
 		if !c.crash {
 			v = recover()
 		}
-		if v != nil {
-			c.panicked.Add(1)
-			t.panicked = true
-			t.finish(&PanicError{Value: v, Stack: debug.Stack()})
-			return
-		}
-		t.finish(ErrGoexit) // or a panic about to crash the program
+		t.unwound(v)
 	}()
 	err := t.fn((*taskContext)(t))
 	t.ended()
@@ -270,6 +269,22 @@ func (t *Task) exec() (ran bool) {
 	}
 	t.finish(err)
 	return true
+}
+
+// unwound finishes t, whose function did not return: it panicked with v
+// (recovered by the caller's deferred func), or called runtime.Goexit, or
+// its panic is about to crash the program (v nil).
+func (t *Task) unwound(v any) {
+	c := &t.p.c
+	t.ended()
+	c.failed.Add(1)
+	if v != nil {
+		c.panicked.Add(1)
+		t.panicked = true
+		t.finish(&PanicError{Value: v, Stack: debug.Stack()})
+		return
+	}
+	t.finish(ErrGoexit)
 }
 
 // passedOver counts a Submit task of a Pool that a worker found cancelled
