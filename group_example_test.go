@@ -380,6 +380,8 @@ func ExampleMapErrStream() {
 
 	// Lines are checked concurrently and reported in input order, as soon
 	// as each and those before it are done; breaking stops the rest.
+	// WithAllErrors gives every line its own outcome: without it, the
+	// first error skips the lines not yet started, before it too.
 	lines := slices.Values([]string{"a=1", "b=2", "oops", "c=3"})
 	for kv, err := range crew.MapErrStream(context.Background(), p, lines, func(ctx context.Context, line string) ([]string, error) {
 		kv := strings.SplitN(line, "=", 2)
@@ -387,7 +389,7 @@ func ExampleMapErrStream() {
 			return nil, fmt.Errorf("no '=' in %q", line)
 		}
 		return kv, nil
-	}) {
+	}, crew.WithAllErrors()) {
 		if err != nil {
 			fmt.Println("error:", err)
 			break
