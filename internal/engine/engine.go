@@ -116,6 +116,7 @@ type Engine[T any] struct {
 	reaperArmed bool        // guarded by idleMu
 	lenders     *worker[T]  // parked workers whose slots Borrow took, linked by idleNext; guarded by idleMu
 	lendersN    atomic.Int32
+	borrowed    atomic.Int64 // slots Borrow took and Return has not given back: Wait waits for them
 
 	completed atomic.Uint64 // published by workers in batches; Wait relies on it
 	dropped   atomic.Uint64
@@ -526,7 +527,8 @@ func (e *Engine[T]) queued() int64 {
 	return n
 }
 
-// Wait blocks until no task is queued or running, or ctx ends (nil: never).
+// Wait blocks until no task is queued or running, on a worker or in a
+// borrowed slot, or ctx ends (nil: never).
 // Called from inside one of e's tasks, which would wait for itself, it
 // returns ErrInWorker instead of blocking.
 func (e *Engine[T]) Wait(ctx context.Context) error {
@@ -536,8 +538,9 @@ func (e *Engine[T]) Wait(ctx context.Context) error {
 	return e.idleSig.Wait(ctx, e.quiet)
 }
 
-// quiet reports whether every accepted task has finished.
-func (e *Engine[T]) quiet() bool { return e.unfinished() == 0 }
+// quiet reports whether every accepted task has finished and no borrowed
+// slot is running work (see Borrow).
+func (e *Engine[T]) quiet() bool { return e.borrowed.Load() == 0 && e.unfinished() == 0 }
 
 // Close stops intake: every later push returns ErrStopped and producers
 // blocked for room return ErrStopped. Queued tasks still run; workers
@@ -655,7 +658,7 @@ func (e *Engine[T]) Resize(n int) {
 // the limit has room for one more worker or a parked worker can lend its
 // slot; it reports whether it did. A borrowed slot counts as a live
 // worker until Return gives it back: e starts no worker in its place, so
-// the limit holds, and Exit waits for it. A parked worker whose slot is
+// the limit holds, and Wait and Exit wait for it. A parked worker whose slot is
 // borrowed stays parked, off the idle list where nobody can wake it, until
 // Return lists it again.
 func (e *Engine[T]) Borrow() bool {
@@ -668,9 +671,14 @@ func (e *Engine[T]) Borrow() bool {
 		case v&exitBit != 0 || v > max:
 			return false
 		case v == max:
-			return e.borrowParked()
+			if !e.borrowParked() {
+				return false
+			}
+			e.borrowed.Add(1)
+			return true
 		}
 		if e.workers.CompareAndSwap(v, v+1) {
+			e.borrowed.Add(1)
 			return true
 		}
 	}
@@ -708,6 +716,9 @@ func (e *Engine[T]) AsWorker(f func()) { RunAs(e.id, Func(f)) }
 func (e *Engine[T]) Return() {
 	if e.lendersN.Load() == 0 || !e.relist() {
 		e.release(0)
+	}
+	if e.borrowed.Add(-1) == 0 {
+		e.idleSig.Broadcast() // Wait may be waiting for this slot
 	}
 	if e.queued() > int64(e.searching.Load()) {
 		e.wake()
