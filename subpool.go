@@ -143,11 +143,12 @@ func NewSubpool(ex Executor, limit int, opts ...SubpoolOption) *Subpool {
 // [ErrNilTask] for a nil task. A panic in task goes to the pool's panic
 // handler.
 //
-// [Pool.Stop] runs every task Go accepted, on the pool's workers, with two
-// exceptions: the tasks whose step waited for room in the pool's full
-// bounded queue when Stop began, if no task of the Subpool was left
-// running to take them on, and, on a [RateLimited], the tasks not yet
-// handed to it. When [Pool.Shutdown]'s deadline passes, the tasks that
+// [Pool.Stop] runs every task Go accepted, on the pool's workers, with
+// three exceptions, all when no task of the Subpool is left running to
+// take them on: the tasks whose step waited for room in the pool's full
+// bounded queue when Stop began; the tasks queued behind one whose step
+// Stop refused (that one's Go returns ErrStopped); and, on a
+// [RateLimited], the tasks not yet handed to it. When [Pool.Shutdown]'s deadline passes, the tasks that
 // have not started are dropped. Dropped tasks are
 // counted in Stats().Dropped, and a [Task] made by a Submit form
 // completes with [ErrDropped]. Go allocates nothing beyond the task's

@@ -520,7 +520,9 @@ func TestSubpoolPoolStopWhileSubmitting(t *testing.T) {
 		if got := ran.Load() + int64(st.Dropped); got != accepted.Load() {
 			t.Fatalf("round %d: %d ran + %d dropped, %d accepted", round, ran.Load(), st.Dropped, accepted.Load())
 		}
-		if round%4 == 0 && st.Dropped != 0 {
+		// Stop drops only what waited behind a first submission it refused
+		// (see Subpool.Go): at most one task of each other producer.
+		if round%4 == 0 && st.Dropped > 3 {
 			t.Errorf("round %d: Stop dropped %d", round, st.Dropped)
 		}
 	}

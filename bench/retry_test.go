@@ -38,8 +38,8 @@ func flaky() func(int) error {
 
 // BenchmarkRetry measures a job of 2,000 items, every one of which fails
 // once and succeeds when called again after a 200µs delay (a transient
-// error), on 8 workers: crew's WithRetry puts a waiting item aside on a
-// timer, freeing its worker; crew-do calls Retry.Do inside each task,
+// error), on 8 workers: crew's WithRetry (a group) and NewRetrying (Submit
+// tasks) put a waiting item aside on a timer, freeing its worker; crew-do calls Retry.Do inside each task,
 // waiting on the worker; go-pkgz/pool's Retry middleware (the closest peer
 // feature) and errgroup with a retry loop in each goroutine wait on the
 // worker too. crew-nofail runs the same job with no failure, for the
@@ -59,6 +59,23 @@ func BenchmarkRetry(b *testing.B) {
 			call := flaky()
 			if err := crew.ForEach(ctx, p, items, func(_ context.Context, i int) error { return call(i) }, crew.WithRetry(policy)); err != nil {
 				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("crew-retrying", func(b *testing.B) {
+		p := crew.New(retryWorkers)
+		defer p.Stop()
+		r := crew.NewRetrying(p, policy)
+		tasks := make([]*crew.Task, len(items))
+		for b.Loop() {
+			call := flaky()
+			for _, i := range items {
+				tasks[i] = r.Submit(func(context.Context) error { return call(i) })
+			}
+			for _, t := range tasks {
+				if err := t.Wait(); err != nil {
+					b.Fatal(err)
+				}
 			}
 		}
 	})
