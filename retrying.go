@@ -122,7 +122,8 @@ func (r *Retrying) GoContext(ctx context.Context, task func()) error {
 // waiting for its delay, or whose next call cannot be submitted any more,
 // is dropped: Wait returns its last call's error joined with
 // [ErrDropped], and it counts in Stats().Dropped. Stop and Shutdown never
-// wait for a delay.
+// wait for a delay. The same holds when the executor under r refuses the
+// next call for good: a [Subpool] that was stopped, say.
 func (r *Retrying) Submit(task func(ctx context.Context) error) *Task {
 	return r.submit(nil, task, pushGo)
 }
@@ -312,7 +313,7 @@ func (rt *retryTask) wake() {
 	case ErrQueueFull:
 		r.l.steps.owe(rt.step)
 	default:
-		rt.stepDropped() // the pool has stopped
+		rt.stepDropped() // the executor refuses for good: its pool, or a Subpool, has stopped
 	}
 }
 

@@ -276,7 +276,9 @@ func (s *Subpool) Stop() {
 // Shutdown stops s like [Subpool.Stop], but gives up waiting for queued
 // tasks when ctx ends: it then drops every task that has not started,
 // waits for the running ones to return, and reports a [*ShutdownError]
-// with the exact number of tasks it dropped. Dropped tasks are counted in
+// with the exact number of entries it dropped: its own tasks, and the
+// steps of a layer built on s (that layer counts the tasks they would
+// have run in its own Stats). Dropped entries are counted in
 // Stats().Dropped, and a [Task] made by a Submit form completes with
 // [ErrDropped]. Unlike [Pool.Shutdown], it cancels no context: the
 // running tasks have the pool's. Shutdown returns nil when every task had
