@@ -59,9 +59,10 @@ type Subpool struct {
 	ready   queue.FIFO[subEntry] // admitted: their slots are held; a step is coming for each, or some lack one (see orphans)
 	used    int                  // slots held by ready and running tasks
 	steps   int                  // steps submitted (or owed) that have not started
-	running int
-	seq     uint64 // of the last task queued
-	closed  bool   // Stop or Shutdown began
+	running int                  // tasks running now
+	handing int                  // steps whose task returned, handing its slots on (see after)
+	seq     uint64               // of the last task queued
+	closed  bool                 // Stop or Shutdown began
 
 	queued atomic.Int64 // waiting.Len(), for the producers that wait for room
 	shut   atomic.Bool  // closed, likewise
@@ -517,7 +518,7 @@ func (s *Subpool) lost(n int, own uint64, err error) error {
 // for the tasks waiting behind them: orphans takes them all off the
 // queues, to be dropped. Called under mu.
 func (s *Subpool) orphans() []subEntry {
-	if s.ready.Len() <= s.steps || s.running+s.steps > 0 && s.l.steps.inline(ErrStopped) {
+	if s.ready.Len() <= s.steps || s.running+s.handing+s.steps > 0 && s.l.steps.inline(ErrStopped) {
 		return nil
 	}
 	var taken []subEntry
@@ -580,12 +581,14 @@ func (s *Subpool) exec(e subEntry) (next subEntry, ok bool) {
 func (s *Subpool) after(w int) (subEntry, bool) {
 	s.mu.Lock()
 	s.used -= w
-	if n := s.pump(); n > 0 {
-		s.mu.Unlock()
-		s.submit(n, 0) // still counted as running: a refused step's task is left for us
-		s.mu.Lock()
-	}
 	s.running--
+	if n := s.pump(); n > 0 {
+		s.handing++ // a step refused now leaves its task to this one (see orphans)
+		s.mu.Unlock()
+		s.submit(n, 0)
+		s.mu.Lock()
+		s.handing--
+	}
 	if s.ready.Len() > s.steps {
 		if s.l.steps.inline(ErrStopped) {
 			e := s.ready.Take()

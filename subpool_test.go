@@ -833,3 +833,25 @@ func TestSubpoolRandomStop(t *testing.T) {
 		}
 	}
 }
+
+// Stats().Running never counts a task that has returned: a task that
+// starts as the one before it hands over its slot sees itself alone under
+// a limit of one.
+func TestSubpoolRunningCountsOnlyRunningTasks(t *testing.T) {
+	leak.Check(t)
+	p := crew.New(4)
+	defer p.Stop()
+	s := crew.NewSubpool(p, 1)
+	var worst atomic.Int64
+	for range scaled(20000, 10) {
+		s.Go(func() {
+			r := int64(s.Stats().Running)
+			for w := worst.Load(); r > w && !worst.CompareAndSwap(w, r); w = worst.Load() {
+			}
+		})
+	}
+	s.Wait()
+	if w := worst.Load(); w != 1 {
+		t.Fatalf("a task saw Stats().Running = %d under a limit of 1", w)
+	}
+}
