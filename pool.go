@@ -17,15 +17,15 @@ import (
 // A pool made with a limit below 16 keeps its queue in one piece (Resize
 // does not change how New split it), and workers take tasks from it in
 // the order they were queued: on a pool of one worker, a goroutine's tasks
-// run in the order it submitted them. (One exception keeps a stalled
-// submitter from holding up the pool: while 64 or more tasks wait, a
-// goroutine descheduled in the middle of a submission lets later tasks
-// pass those queued behind its own.) A larger pool splits its queue into
+// run in the order it submitted them. A larger pool splits its queue into
 // up to twice GOMAXPROCS shards (rounded up to a power of two), at most
 // one per eight workers, so that producers and workers seldom meet; a
 // goroutine fills the shards in turn and workers empty them in the same
 // turn, so a task is taken after at most a few of its goroutine's later
-// tasks per shard. Tasks running on several workers at once may of course
+// tasks per shard. In both, a goroutine descheduled in the middle of a
+// submission holds back the tasks queued behind its own in that shard
+// until it runs again; in a sharded pool the other shards' tasks pass them
+// meanwhile. Tasks running on several workers at once may of course
 // finish, and start, in any order.
 //
 // Work is submitted in three forms, the same on every type of crew that

@@ -10,13 +10,14 @@
 // instead of a wake-up. A producer takes the shards in turn from an offset
 // of its own, counting its pushes in a stripe chosen by its stack address
 // (spread.go); a worker visits them in the same turn, one task from each.
-// A shard keeps its tasks in order, but for one exception: a worker that
-// finds the ring's oldest cell claimed by a producer not done filling it
-// takes from the spill queue meanwhile rather than wait for a producer
-// that may be descheduled. So one producer's tasks are taken in order from
-// a single shard unless another producer stalls in a push while the ring
-// is full, and from several shards each is passed by a few later ones per
-// shard.
+// A shard keeps its tasks in order: a worker that finds the ring's oldest
+// cell claimed by a producer not done filling it leaves the shard, spill
+// queue included, until the cell is filled, and takes the other shards'
+// tasks meanwhile. So one producer's tasks are taken in order from a
+// single shard, and from several shards each is passed by a few later
+// ones per shard, unless a producer loses its processor between claiming
+// a cell and filling it: while it is off, the other shards' tasks pass
+// the ones behind its cell.
 //
 // A shard is a bounded lock-free ring in which producers and workers write
 // separate cache lines, with a fifo under a mutex behind it for backlogs

@@ -211,6 +211,14 @@ func (s *shard[T]) popSpilled() (t T, ok bool) {
 	if t, ok = s.popRing(); ok {
 		return t, true
 	}
+	if _, more := s.q.Peek(); more && s.written.Load()&^closedBit != s.read.Load() {
+		// The ring's oldest cell is claimed by a producer still filling
+		// it, and its task and those behind it are older than the spill
+		// queue's: leave the backlog until the cell is filled, rather than
+		// let it pass them. The producer looks for a worker once it has
+		// filled the cell.
+		return t, false
+	}
 	if t, ok = s.q.Pop(); ok {
 		s.moving.Add(1)
 		defer s.moving.Add(1)
