@@ -205,10 +205,13 @@ func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
 	}
 }
 
+// runner is a Consumer or a KeyedConsumer.
+type runner interface{ Run(ctx context.Context) error }
+
 // runConsumer runs c.Run in a goroutine and returns a function that
 // cancels it and returns its error, failing t if Run does not return in
 // time. The function is also called when the test ends.
-func runConsumer[T any](t testing.TB, c *Consumer[T]) (stop func() error) {
+func runConsumer(t testing.TB, c runner) (stop func() error) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)

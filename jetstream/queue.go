@@ -42,22 +42,24 @@ func scheduleSubject(subject, token string) string {
 // On a nil Queue or one not made by NewQueue, its methods return an error
 // wrapping [crew.ErrInvalid].
 type Queue[T any] struct {
-	js      natsjs.JetStream
-	subject string
-	codec   Codec
-	inject  HeaderInjector
+	js         natsjs.JetStream
+	subject    string
+	codec      Codec
+	inject     HeaderInjector
+	partitions int // WithPartitions; 0: none
 }
 
-// A QueueOption configures [NewQueue]: [WithHeaderInjector], and every
-// [Option] ([WithCodec]).
+// A QueueOption configures [NewQueue]: [WithHeaderInjector],
+// [WithPartitions], and every [Option] ([WithCodec]).
 type QueueOption interface {
 	// applyQueue applies the option to s, or returns why it is invalid.
 	applyQueue(s *queueSettings) error
 }
 
 type queueSettings struct {
-	codec  Codec
-	inject HeaderInjector // nil: none
+	codec      Codec
+	inject     HeaderInjector // nil: none
+	partitions int            // 0: none
 }
 
 // NewQueue returns a [Queue] of jobs published through js to subject, which
@@ -73,7 +75,7 @@ func NewQueue[T any](js natsjs.JetStream, subject string, opts ...QueueOption) *
 	}
 	s := queueSettings{codec: JSON{}}
 	applyOptions("NewQueue", &s, argErr, opts, QueueOption.applyQueue)
-	return &Queue[T]{js: js, subject: subject, codec: s.codec, inject: s.inject}
+	return &Queue[T]{js: js, subject: subject, codec: s.codec, inject: s.inject, partitions: s.partitions}
 }
 
 // Subject returns the subject the Queue publishes its jobs to: "" for a
@@ -87,7 +89,7 @@ func (q *Queue[T]) Subject() string {
 
 // An EnqueueOption configures one call of [Queue.Enqueue] or
 // [Queue.Schedule]: [WithDelay], [WithRunAt], [WithUniqueID], [WithTTL],
-// [WithHeader].
+// [WithHeader], [WithKey].
 type EnqueueOption interface {
 	// applyEnqueue applies the option to s, or returns why it is invalid.
 	applyEnqueue(s *enqueueSettings) error
@@ -98,6 +100,7 @@ type enqueueSettings struct {
 	id      string
 	ttl     time.Duration
 	headers nats.Header
+	key     *string // WithKey; nil: none
 }
 
 type enqueueOption func(*enqueueSettings) error
@@ -159,7 +162,8 @@ func WithHeader(key, value string) EnqueueOption {
 	}, "WithHeader(%q): key must be non-empty, without white space or colon, and not start with Nats-", key))
 }
 
-// Enqueue publishes job to the Queue's subject, as opts say, and waits for
+// Enqueue publishes job to the Queue's subject (to its key's partition
+// subject on a partitioned Queue, [WithPartitions]), as opts say, and waits for
 // the stream to store it, or for ctx to end. It returns the stream
 // sequence of the stored message: for a delayed job, that of its
 // schedule, since the job gets its own when it is due. If the stream had
@@ -169,7 +173,8 @@ func WithHeader(key, value string) EnqueueOption {
 //
 // Enqueue returns an error wrapping [crew.ErrInvalid], and publishes
 // nothing, for a nil ctx, a nil or invalid option, and on a nil Queue or
-// one not made by [NewQueue]; the Codec's error if job cannot be encoded;
+// one not made by [NewQueue], and for a missing [WithKey] on a partitioned
+// Queue or one on a Queue that is not; the Codec's error if job cannot be encoded;
 // and the publish error otherwise (the stream refuses a delayed job if it
 // does not allow message schedules, a TTL if it does not allow message
 // TTLs; no stream holds the subject).
@@ -197,7 +202,8 @@ func (q *Queue[T]) Enqueue(ctx context.Context, job T, opts ...EnqueueOption) (u
 }
 
 // Schedule stores a periodic job named name: from then on, the server
-// publishes job to the Queue's subject, with the headers and TTL opts give,
+// publishes job to the Queue's subject (its key's partition subject on a
+// partitioned Queue), with the headers and TTL opts give,
 // at every time spec says, until [Queue.Unschedule]. spec is "@every d",
 // with d a [time.ParseDuration] of at least a second, a cron expression of
 // six fields (seconds, minutes, hours, day of month, month, day of week),
@@ -296,11 +302,20 @@ func (q *Queue[T]) prepare(ctx context.Context, method string, opts []EnqueueOpt
 			errs = append(errs, err)
 		}
 	}
-	return s, joinFirst(errs)
+	if err := joinFirst(errs); err != nil {
+		return s, err
+	}
+	switch {
+	case q.partitions > 0 && s.key == nil:
+		return s, invalid("Queue.%s: the Queue is partitioned (WithPartitions(%d)): give each job its key with WithKey", method, q.partitions)
+	case q.partitions == 0 && s.key != nil:
+		return s, invalid("Queue.%s: WithKey on a Queue without WithPartitions: the key would order nothing", method)
+	}
+	return s, nil
 }
 
-// message encodes job into a message to the Queue's subject with the
-// headers of s.
+// message encodes job into a message to the Queue's subject, or its key's
+// partition subject, with the headers of s.
 func (q *Queue[T]) message(job T, s enqueueSettings) (*nats.Msg, error) {
 	data, err := q.codec.Marshal(job)
 	if err != nil {
@@ -310,15 +325,20 @@ func (q *Queue[T]) message(job T, s enqueueSettings) (*nats.Msg, error) {
 	for k, v := range s.headers {
 		h[k] = append([]string(nil), v...)
 	}
-	return &nats.Msg{Subject: q.subject, Header: h, Data: data}, nil
+	subject := q.subject
+	if s.key != nil {
+		subject = PartitionSubject(q.subject, Partition(*s.key, q.partitions))
+	}
+	return &nats.Msg{Subject: subject, Header: h, Data: data}, nil
 }
 
-// schedule turns m, a job, into the schedule token that publishes it to
-// the Queue's subject as spec says, with the TTL ttl if not zero.
+// schedule turns m, a job to its subject, into the schedule token that
+// publishes it there as spec says, with the TTL ttl if not zero.
 func (q *Queue[T]) schedule(m *nats.Msg, token, spec string, ttl time.Duration) {
+	target := m.Subject
 	m.Subject = scheduleSubject(q.subject, token)
 	m.Header.Set(natsjs.ScheduleHeader, spec)
-	m.Header.Set(natsjs.ScheduleTargetHeader, q.subject)
+	m.Header.Set(natsjs.ScheduleTargetHeader, target)
 	if ttl > 0 {
 		m.Header.Set(natsjs.ScheduleTTLHeader, ttl.String())
 	}
