@@ -206,7 +206,9 @@ func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
 }
 
 // runner is a Consumer or a KeyedConsumer.
-type runner interface{ Run(ctx context.Context) error }
+type runner interface {
+	Run(ctx context.Context) error
+}
 
 // runConsumer runs c.Run in a goroutine and returns a function that
 // cancels it and returns its error, failing t if Run does not return in
