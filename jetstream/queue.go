@@ -2,6 +2,7 @@ package jetstream
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -170,6 +171,12 @@ func WithHeader(key, value string) EnqueueOption {
 // stored a message with the same unique id ([WithUniqueID]) within its
 // duplicate window, Enqueue stores nothing and returns that message's
 // sequence with [ErrDuplicate].
+//
+// A publish that gets no answer within [DefaultPublishTimeout], as while
+// the server restarts, is sent again with the same message id until ctx
+// ends: the job's unique id, or a random one, so the stream stores the job
+// once. With a unique id, a retry whose first attempt was stored returns
+// ErrDuplicate and the job's sequence.
 //
 // Enqueue returns an error wrapping [crew.ErrInvalid], and publishes
 // nothing, for a nil ctx, a nil or invalid option, and on a nil Queue or
@@ -345,16 +352,36 @@ func (q *Queue[T]) schedule(m *nats.Msg, token, spec string, ttl time.Duration) 
 }
 
 // publish publishes m and returns its stream sequence, with ErrDuplicate
-// if the stream dropped it as a duplicate.
+// if the stream dropped it as a duplicate. An attempt that gets no answer
+// within DefaultPublishTimeout (the server restarting, a leader election)
+// is made again with the same message id while ctx allows: m gets a
+// random one if it has none, so that the stream stores it once, and a
+// retry that finds its own earlier attempt stored is not a duplicate.
 func (q *Queue[T]) publish(ctx context.Context, m *nats.Msg) (uint64, error) {
-	ack, err := q.js.PublishMsg(ctx, m)
-	if err != nil {
+	own := m.Header.Get(natsjs.MsgIDHeader) == ""
+	if own {
+		m.Header.Set(natsjs.MsgIDHeader, nuid.Next())
+	}
+	for attempt := 1; ; attempt++ {
+		actx, cancel := context.WithTimeout(ctx, DefaultPublishTimeout)
+		ack, err := q.js.PublishMsg(actx, m)
+		cancel()
+		switch {
+		case err == nil && ack.Duplicate && !own:
+			return ack.Sequence, fmt.Errorf("%w: %s", ErrDuplicate, m.Header.Get(natsjs.MsgIDHeader))
+		case err == nil:
+			return ack.Sequence, nil
+		case ctx.Err() == nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders)):
+			t := time.NewTimer(retryDelay(attempt))
+			select {
+			case <-t.C:
+				continue
+			case <-ctx.Done():
+				t.Stop()
+			}
+		}
 		return 0, fmt.Errorf("jetstream: enqueue to %s: %w", m.Subject, err)
 	}
-	if ack.Duplicate {
-		return ack.Sequence, fmt.Errorf("%w: %s", ErrDuplicate, m.Header.Get(natsjs.MsgIDHeader))
-	}
-	return ack.Sequence, nil
 }
 
 // stream looks up the stream that holds the Queue's subject.
