@@ -175,6 +175,7 @@ func startClusterWorker(t *testing.T, name, url, dir string) *clusterProc {
 	cmd := exec.Command(os.Args[0], "-test.run=^TestClusterWorkerProcess$", "-test.count=1")
 	cmd.Env = append(os.Environ(), clusterWorkerEnv+"="+name, clusterURLEnv+"="+url, clusterDirEnv+"="+dir)
 	cmd.Stderr = os.Stderr
+	dieWithParent(cmd)
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", name, err)
 	}
