@@ -226,6 +226,9 @@ func TestBadInputs(t *testing.T) {
 		{"WithErrorHandler(nil)", consumerOptionPanics(WithErrorHandler(nil)), crew.ErrInvalid},
 		{"WithCodec(nil) for a consumer", consumerOptionPanics(WithCodec(nil)), crew.ErrInvalid},
 		{"WithContextExtractor(nil)", consumerOptionPanics(WithContextExtractor(nil)), crew.ErrInvalid},
+		{"WithJobTimeout(0)", consumerOptionPanics(WithJobTimeout(0)), crew.ErrInvalid},
+		{"WithJobTimeout(-1)", consumerOptionPanics(WithJobTimeout(-1)), crew.ErrInvalid},
+		{"WithJobTimeout(MinInt64)", consumerOptionPanics(WithJobTimeout(math.MinInt64)), crew.ErrInvalid},
 
 		// Consumer.Run and Stats.
 		{"Run on a nil Consumer", func(*testing.T) error { return (*Consumer[item])(nil).Run(ctx) }, crew.ErrInvalid},
@@ -316,6 +319,21 @@ func TestBadInputs(t *testing.T) {
 			}
 			if n, most := c.Stats().Heartbeats, uint64(3*(time.Since(start)/time.Millisecond+1)); n > most {
 				return fmt.Errorf("%d heartbeats, want at most %d, one a millisecond for each of 3 messages", n, most)
+			}
+			return nil
+		}, nil},
+		{"WithJobTimeout(MaxInt64)", func(t *testing.T) error { return runsWith(t, WithJobTimeout(math.MaxInt64)) }, nil},
+		{"WithJobTimeout(1ns)", func(t *testing.T) error {
+			// The handler's context is cancelled as it starts, and the
+			// handler abandoned unless it returns at once: either way the
+			// message is settled once, and Run returns.
+			c := newConsumer(t, func(context.Context, Msg[item]) error { return nil },
+				WithJobTimeout(time.Nanosecond), WithBackoff(func(int) time.Duration { return 0 }))
+			if err := runsOne(t, c, "the message acked", func(st Stats) bool { return st.Acked == 1 }); err != nil {
+				return err
+			}
+			if st := c.Stats(); st.Nacked != st.Abandoned || st.InFlight != 0 {
+				return fmt.Errorf("stats %+v: want a nak for each abandoned handler, nothing in flight", st)
 			}
 			return nil
 		}, nil},
