@@ -25,6 +25,14 @@ var errAny = errors.New("any error")
 // errFailedNow stands for a case that stopped with t.FailNow.
 var errFailedNow = errors.New("FailNow")
 
+// alwaysInject is a HeaderInjector that sets a header whatever ctx.
+func alwaysInject(_ context.Context, h nats.Header) { h.Set("K", "v") }
+
+// marshalPanics is JSON, except that Marshal panics.
+type marshalPanics struct{ JSON }
+
+func (marshalPanics) Marshal(any) ([]byte, error) { panic("codec exploded") }
+
 // errNoPanic is what panicValue returns when its function did not panic.
 var errNoPanic = errors.New("no panic")
 
@@ -387,6 +395,18 @@ func TestBadInputs(t *testing.T) {
 		{"WithCodec(nil) for a publisher", func(*testing.T) error {
 			return panicValue(func() { newPublisher(WithCodec(nil)) })
 		}, crew.ErrInvalid},
+		{"WithHeaderInjector(nil) for a publisher", func(*testing.T) error {
+			return panicValue(func() { newPublisher(WithHeaderInjector(nil)) })
+		}, crew.ErrInvalid},
+		{"WithHeaderInjector and an empty id", func(*testing.T) error {
+			return published(func(item) string { return "" }, WithHeaderInjector(alwaysInject))
+		}, crew.ErrInvalid},
+		{"WithHeaderInjector and a codec that fails", func(*testing.T) error {
+			return published(nil, WithCodec(Bytes{}), WithHeaderInjector(alwaysInject))
+		}, crew.ErrInvalid},
+		{"WithHeaderInjector and a codec that panics", func(*testing.T) error {
+			return published(nil, WithCodec(marshalPanics{}), WithHeaderInjector(alwaysInject))
+		}, errAny},
 		{"WithPublishTimeout(0)", func(*testing.T) error {
 			return panicValue(func() { newPublisher(WithPublishTimeout(0)) })
 		}, crew.ErrInvalid},

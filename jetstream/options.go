@@ -19,7 +19,8 @@ type ConsumerOption interface {
 }
 
 // A PublisherOption configures [NewPublisher]: [WithBatch],
-// [WithPublishTimeout], and every [Option].
+// [WithPublishTimeout], every [ProducerOption] ([WithHeaderInjector]) and
+// every [Option].
 type PublisherOption interface {
 	// applyPublisher applies the option to s, or returns why it is invalid.
 	applyPublisher(s *publisherSettings) error
@@ -98,6 +99,7 @@ type publisherSettings struct {
 	codec   Codec
 	timeout time.Duration
 	batch   []batch.Option
+	inject  HeaderInjector // nil: none
 }
 
 func defaultPublisherSettings() publisherSettings {

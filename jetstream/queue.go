@@ -48,8 +48,8 @@ type Queue[T any] struct {
 	inject  HeaderInjector
 }
 
-// A QueueOption configures [NewQueue]: [WithHeaderInjector], and every
-// [Option] ([WithCodec]).
+// A QueueOption configures [NewQueue]: every [ProducerOption]
+// ([WithHeaderInjector]) and every [Option] ([WithCodec]).
 type QueueOption interface {
 	// applyQueue applies the option to s, or returns why it is invalid.
 	applyQueue(s *queueSettings) error
