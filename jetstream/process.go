@@ -173,12 +173,13 @@ func (r *run[T]) claim(d *delivery) bool {
 }
 
 // abandon gives up on the handler of d, still running a job timeout after
-// its context was cancelled, unless it has returned: the handler is no
-// longer counted as running, so a drain does not wait for it, and d is
-// settled as if the handler had failed (handed back with the backoff, or
-// given up on its last delivery) unless a hard stop handed it back
-// already. The handler's outcome will be ignored, and d's credit stays
-// taken until it returns (see settle and claim).
+// its context was cancelled, unless it has returned: d is settled as if
+// the handler had failed (handed back with the backoff, or given up on
+// its last delivery) unless a hard stop handed it back already, the
+// abandonment is reported, and then the handler is no longer counted as
+// running, so a drain does not wait for it. The handler's outcome will be
+// ignored, and d's credit stays taken until it returns (see settle and
+// claim).
 func (r *run[T]) abandon(d *delivery, p *prepared[T]) {
 	r.mu.Lock()
 	if d.returned {
@@ -186,9 +187,13 @@ func (r *run[T]) abandon(d *delivery, p *prepared[T]) {
 		return
 	}
 	d.abandoned = true
-	r.running--
-	r.checkLocked()
 	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		r.running--
+		r.checkLocked()
+		r.mu.Unlock()
+	}()
 	r.c.n.abandoned.Add(1)
 	meta, attempt := p.meta, p.msg.Attempt()
 	err := fmt.Errorf("%w: the handler is still running %v after its context was cancelled; abandoned", ErrJobStuck, r.s.jobTimeout)
