@@ -264,12 +264,14 @@ func WithDrainTimeout(d time.Duration) ConsumerOption {
 // handler keeps its worker of the executor, and its message's slot of
 // [WithMaxInFlight], until it returns, so that the Consumer never runs
 // more handlers than its bounds say; what it returns then is ignored.
+// With [WithKeyed], its key stays busy as long: the key's next messages,
+// and its own message if it comes back to this Consumer, wait behind it.
 // Run's drain does not wait for an abandoned handler.
 //
 // Without this option a handler runs as long as it does: its message gets
 // heartbeats for as long, and, once the drain timeout has cancelled its
-// context, Run waits for it to return. d must be positive; a timer per
-// message is the cost.
+// context, Run waits for it to return. d must be positive. The cost is a
+// context with a deadline and a timer for each handler.
 func WithJobTimeout(d time.Duration) ConsumerOption {
 	return consumerOption(checked(d > 0, func(s *consumerSettings) { s.jobTimeout = d },
 		"WithJobTimeout(%v): d must be positive", d))
