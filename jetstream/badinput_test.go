@@ -25,6 +25,14 @@ var errAny = errors.New("any error")
 // errFailedNow stands for a case that stopped with t.FailNow.
 var errFailedNow = errors.New("FailNow")
 
+// alwaysInject is a HeaderInjector that sets a header whatever ctx.
+func alwaysInject(_ context.Context, h nats.Header) { h.Set("K", "v") }
+
+// marshalPanics is JSON, except that Marshal panics.
+type marshalPanics struct{ JSON }
+
+func (marshalPanics) Marshal(any) ([]byte, error) { panic("codec exploded") }
+
 // errNoPanic is what panicValue returns when its function did not panic.
 var errNoPanic = errors.New("no panic")
 
@@ -226,6 +234,9 @@ func TestBadInputs(t *testing.T) {
 		{"WithErrorHandler(nil)", consumerOptionPanics(WithErrorHandler(nil)), crew.ErrInvalid},
 		{"WithCodec(nil) for a consumer", consumerOptionPanics(WithCodec(nil)), crew.ErrInvalid},
 		{"WithContextExtractor(nil)", consumerOptionPanics(WithContextExtractor(nil)), crew.ErrInvalid},
+		{"WithJobTimeout(0)", consumerOptionPanics(WithJobTimeout(0)), crew.ErrInvalid},
+		{"WithJobTimeout(-1)", consumerOptionPanics(WithJobTimeout(-1)), crew.ErrInvalid},
+		{"WithJobTimeout(MinInt64)", consumerOptionPanics(WithJobTimeout(math.MinInt64)), crew.ErrInvalid},
 
 		// Consumer.Run and Stats.
 		{"Run on a nil Consumer", func(*testing.T) error { return (*Consumer[item])(nil).Run(ctx) }, crew.ErrInvalid},
@@ -319,6 +330,21 @@ func TestBadInputs(t *testing.T) {
 			}
 			return nil
 		}, nil},
+		{"WithJobTimeout(MaxInt64)", func(t *testing.T) error { return runsWith(t, WithJobTimeout(math.MaxInt64)) }, nil},
+		{"WithJobTimeout(1ns)", func(t *testing.T) error {
+			// The handler's context is cancelled as it starts, and the
+			// handler abandoned unless it returns at once: either way the
+			// message is settled once, and Run returns.
+			c := newConsumer(t, func(context.Context, Msg[item]) error { return nil },
+				WithJobTimeout(time.Nanosecond), WithBackoff(func(int) time.Duration { return 0 }))
+			if err := runsOne(t, c, "the message acked", func(st Stats) bool { return st.Acked == 1 }); err != nil {
+				return err
+			}
+			if st := c.Stats(); st.Nacked != st.Abandoned || st.InFlight != 0 {
+				return fmt.Errorf("stats %+v: want a nak for each abandoned handler, nothing in flight", st)
+			}
+			return nil
+		}, nil},
 		{"WithBackoff returning MinInt64", func(t *testing.T) error {
 			failOnce := func(_ context.Context, m Msg[item]) error {
 				if m.Delivery() == 1 {
@@ -369,6 +395,18 @@ func TestBadInputs(t *testing.T) {
 		{"WithCodec(nil) for a publisher", func(*testing.T) error {
 			return panicValue(func() { newPublisher(WithCodec(nil)) })
 		}, crew.ErrInvalid},
+		{"WithHeaderInjector(nil) for a publisher", func(*testing.T) error {
+			return panicValue(func() { newPublisher(WithHeaderInjector(nil)) })
+		}, crew.ErrInvalid},
+		{"WithHeaderInjector and an empty id", func(*testing.T) error {
+			return published(func(item) string { return "" }, WithHeaderInjector(alwaysInject))
+		}, crew.ErrInvalid},
+		{"WithHeaderInjector and a codec that fails", func(*testing.T) error {
+			return published(nil, WithCodec(Bytes{}), WithHeaderInjector(alwaysInject))
+		}, crew.ErrInvalid},
+		{"WithHeaderInjector and a codec that panics", func(*testing.T) error {
+			return published(nil, WithCodec(marshalPanics{}), WithHeaderInjector(alwaysInject))
+		}, errAny},
 		{"WithPublishTimeout(0)", func(*testing.T) error {
 			return panicValue(func() { newPublisher(WithPublishTimeout(0)) })
 		}, crew.ErrInvalid},

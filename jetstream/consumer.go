@@ -17,8 +17,10 @@ import (
 // acknowledges the message; an error hands it back for redelivery after a
 // backoff ([WithBackoff]), or gives it up when it is [Permanent] or the
 // consumer's MaxDeliver is reached; a panic gives it up at once. ctx is
-// cancelled when the drain timeout of [Consumer.Run] passes or the context
-// of the pool that runs it ([crew.Pool.Context]) ends.
+// cancelled when the drain timeout of [Consumer.Run] passes, the context
+// of the pool that runs it ([crew.Pool.Context]) ends, or the job timeout
+// ([WithJobTimeout]) passes; a handler that ignores it runs on, unless a
+// job timeout abandons it.
 type Handler[T any] func(ctx context.Context, m Msg[T]) error
 
 // A Consumer feeds the messages of a JetStream pull consumer
@@ -41,7 +43,10 @@ type Handler[T any] func(ctx context.Context, m Msg[T]) error
 //     ([WithBackoff]), or, on the last delivery MaxDeliver allows, give up;
 //   - a [Permanent] error, a panic, or a body the Codec cannot decode: give up;
 //   - a [Snooze] error: run it again later without counting an attempt
-//     ([WithSnooze]).
+//     ([WithSnooze]);
+//   - still running a job timeout after its context was cancelled
+//     ([WithJobTimeout]): handed back with the backoff, or given up on the
+//     last delivery, and reported wrapping [ErrJobStuck].
 //
 // Attempts, which the backoff and MaxDeliver count, are deliveries that
 // did not snooze ([Msg.Attempt]). A message that is a message schedule
@@ -121,7 +126,9 @@ func NewConsumer[T any](cons natsjs.Consumer, ex crew.Executor, handler Handler[
 // to finish, and, if the drain timeout ([WithDrainTimeout]) passes first,
 // cancels the handlers' context, hands back the unfinished messages (those
 // still queued in a layer included, whose tasks then return at once) and
-// waits for the handlers to return. Run returns nil after a clean drain,
+// waits for the handlers to return: for ever for one that ignores its
+// context, unless a job timeout ([WithJobTimeout]) abandons it a job
+// timeout later. Run returns nil after a clean drain,
 // an error wrapping [ErrDrainTimeout] if messages were handed back
 // unfinished, and, after the same drain, the error that stopped it
 // otherwise: the consumer was deleted, the connection was closed (noticed
@@ -176,6 +183,7 @@ type Stats struct {
 	Snoozed      uint64 // handed back or rescheduled because the handler returned Snooze
 	Panicked     uint64 // panics recovered: of handlers, and of WithKeyed's and WithPriority's functions
 	Heartbeats   uint64 // InProgress notices sent
+	Abandoned    uint64 // handlers abandoned, still running a job timeout after their context was cancelled (WithJobTimeout)
 	InFlight     int    // messages held now: fetched and not settled
 }
 
@@ -194,13 +202,14 @@ func (c *Consumer[T]) Stats() Stats {
 		Snoozed:      c.n.snoozed.Load(),
 		Panicked:     c.n.panicked.Load(),
 		Heartbeats:   c.n.heartbeats.Load(),
+		Abandoned:    c.n.abandoned.Load(),
 		InFlight:     int(c.n.held.Load()),
 	}
 }
 
 type counters struct {
-	fetched, acked, nacked, terminated, deadLettered, snoozed, panicked, heartbeats atomic.Uint64
-	held                                                                            atomic.Int64
+	fetched, acked, nacked, terminated, deadLettered, snoozed, panicked, heartbeats, abandoned atomic.Uint64
+	held                                                                                       atomic.Int64
 }
 
 // heartbeatInterval returns the interval of InProgress notices for a
@@ -227,6 +236,11 @@ type delivery struct {
 	started atomic.Bool // its task has begun
 	last    time.Time   // arrival or last heartbeat; guarded by run.mu
 	task    *crew.Task  // its task, if submitted with one; guarded by run.mu
+
+	// With a job timeout (see abandon); guarded by run.mu.
+	returned  bool // its handler returned: it is not abandoned
+	abandoned bool // its handler was abandoned: its outcome is ignored
+	kept      bool // settled while its abandoned handler runs: the handler's return frees its credit
 }
 
 // run is the state of one call of Run.

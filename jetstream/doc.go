@@ -29,7 +29,8 @@
 // ([WithBackoff], [ExponentialBackoff]) until the consumer's MaxDeliver,
 // dead-letters ([WithDeadLetter]) and terminates the ones that panic or
 // fail with a [Permanent] error, sends in-progress heartbeats while tasks
-// run ([WithHeartbeat]), and drains on shutdown ([WithDrainTimeout]).
+// run ([WithHeartbeat]), abandons handlers that outlive a job timeout
+// ([WithJobTimeout]), and drains on shutdown ([WithDrainTimeout]).
 // Several processes running Consumers of the same durable consumer share
 // its messages; when one dies, the server redelivers the messages it held
 // to the others once their AckWait passes. Messages given up on are

@@ -23,6 +23,12 @@ var (
 	// stream dropped the job as a duplicate of one with the same unique id
 	// ([WithUniqueID]) stored within its duplicate window.
 	ErrDuplicate = errors.New("jetstream: duplicate job")
+
+	// ErrJobStuck is wrapped by the Err of the [MessageError] a [Consumer]
+	// reports when it abandons a handler still running the job timeout
+	// ([WithJobTimeout]) after its context was cancelled: the handler
+	// ignored its context, and its message was handed back or given up.
+	ErrJobStuck = errors.New("jetstream: job stuck")
 )
 
 // Snooze returns the error with which a [Handler] asks for its job to be
@@ -83,24 +89,31 @@ func invalid(format string, args ...any) error {
 // message the [Consumer] gave up on: it was dead-lettered if
 // [WithDeadLetter] is set, and terminated. Err is why: the handler's error,
 // a *[crew.PanicError], a decoding error, or the error of a delivery beyond
-// the consumer's MaxDeliver.
+// the consumer's MaxDeliver. It also reports a message whose handler the
+// Consumer abandoned ([WithJobTimeout]; Err wraps [ErrJobStuck]): given
+// up on its last delivery, or, with HandedBack set, handed back for
+// redelivery.
 type MessageError struct {
 	Stream       string // the stream the message is stored in
 	Sequence     uint64 // its stream sequence
 	Subject      string // the subject it was published to
 	Delivery     int    // the delivery that failed, 1 for the first
 	DeadLettered bool   // whether it was published to the dead-letter subject
+	HandedBack   bool   // whether it was handed back for redelivery (Nak) rather than terminated
 	Err          error
 }
 
-// Error describes the message and why it was given up on, for the error
+// Error describes the message, what became of it and why, for the error
 // handler ([WithErrorHandler]). A nil *MessageError's is "<nil>".
 func (e *MessageError) Error() string {
 	if e == nil {
 		return "<nil>"
 	}
 	verb := "terminated"
-	if e.DeadLettered {
+	switch {
+	case e.HandedBack:
+		verb = "handed back"
+	case e.DeadLettered:
 		verb = "dead-lettered"
 	}
 	return fmt.Sprintf("jetstream: message %s/%d (%s) %s after delivery %d: %v", e.Stream, e.Sequence, e.Subject, verb, e.Delivery, e.Err)

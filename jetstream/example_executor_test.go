@@ -2,6 +2,7 @@ package jetstream_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
 	"os"
@@ -207,4 +208,49 @@ func ExampleNewConsumer_rateLimited() {
 	// Output:
 	// handled: [0 1 2 3 4 5]
 	// at most one start per 10ms: true
+}
+
+// A handler that hangs, ignoring its context, is abandoned a job timeout
+// after its context was cancelled: its payment is handed back and paid on
+// the next delivery, and the error handler learns of the stuck job. The
+// hung handler keeps its worker until it returns; this one is let go when
+// the example ends.
+func ExampleWithJobTimeout() {
+	cons, stop := embedded(Payment{ID: 1, Account: "alice"})
+	defer stop()
+	hung := make(chan struct{})
+	pool := crew.New(2)
+	defer pool.Stop()
+	defer close(hung) // lets the hung handler return before the pool stops
+
+	stuck := make(chan string, 1)
+	paid := make(chan string, 1)
+	c := crewjs.NewConsumer(cons, pool, func(ctx context.Context, m crewjs.Msg[Payment]) error {
+		if m.Delivery() == 1 {
+			<-hung // a call that ignores ctx
+			return nil
+		}
+		paid <- fmt.Sprintf("payment %d paid on delivery %d", m.Value.ID, m.Delivery())
+		return nil
+	},
+		crewjs.WithJobTimeout(50*time.Millisecond),
+		crewjs.WithBackoff(crewjs.ExponentialBackoff(10*time.Millisecond, time.Second)),
+		crewjs.WithErrorHandler(func(err error) {
+			var me *crewjs.MessageError
+			if errors.As(err, &me) && errors.Is(err, crewjs.ErrJobStuck) {
+				stuck <- fmt.Sprintf("delivery %d stuck, handed back: %t", me.Delivery, me.HandedBack)
+			}
+		}))
+	done := make(chan struct{})
+	go func() {
+		fmt.Println(<-stuck)
+		fmt.Println(<-paid)
+		close(done)
+	}()
+	runUntil(c, done)
+	fmt.Println("abandoned:", c.Stats().Abandoned)
+	// Output:
+	// delivery 1 stuck, handed back: true
+	// payment 1 paid on delivery 2
+	// abandoned: 1
 }

@@ -19,7 +19,8 @@ type ConsumerOption interface {
 }
 
 // A PublisherOption configures [NewPublisher]: [WithBatch],
-// [WithPublishTimeout], and every [Option].
+// [WithPublishTimeout], every [ProducerOption] ([WithHeaderInjector]) and
+// every [Option].
 type PublisherOption interface {
 	// applyPublisher applies the option to s, or returns why it is invalid.
 	applyPublisher(s *publisherSettings) error
@@ -75,7 +76,8 @@ type consumerSettings struct {
 	snoozeJS     natsjs.JetStream
 	route        routeName // WithKeyed or WithPriority: a *msgRoute[T]; nil: none
 	extract      ContextExtractor
-	pullsSet     bool // WithPulls was given
+	jobTimeout   time.Duration // 0: none
+	pullsSet     bool          // WithPulls was given
 }
 
 func defaultConsumerSettings() consumerSettings {
@@ -97,6 +99,7 @@ type publisherSettings struct {
 	codec   Codec
 	timeout time.Duration
 	batch   []batch.Option
+	inject  HeaderInjector // nil: none
 }
 
 func defaultPublisherSettings() publisherSettings {
@@ -237,6 +240,41 @@ func WithFetchWait(d time.Duration) ConsumerOption {
 // and waits for the handlers to return. d must not be negative.
 func WithDrainTimeout(d time.Duration) ConsumerOption {
 	return nonNegative("WithDrainTimeout", d, func(s *consumerSettings) { s.drainTimeout = d })
+}
+
+// WithJobTimeout bounds how long a [Handler] runs, d, and abandons one
+// that does not return.
+//
+// The handler's context is cancelled d after the handler starts (its Err
+// is then [context.DeadlineExceeded]). A handler that returns after that
+// is settled by what it returns, as any other: an error hands the message
+// back with the backoff ([WithBackoff]), or gives it up on the last
+// delivery the consumer's MaxDeliver allows; nil acknowledges it.
+//
+// A handler still running d after its context was cancelled, whether by
+// this timeout (2d after it started), by the drain timeout of
+// [Consumer.Run] or by the end of the pool's context, is abandoned: the
+// Consumer stops sending heartbeats for its message and settles it as a
+// failure, NakWithDelay with the backoff, or, on the last delivery
+// MaxDeliver allows, gives it up ([WithDeadLetter], then Term); a message
+// a drain timeout already handed back is not settled again. It reports a
+// [MessageError] wrapping [ErrJobStuck] to the error handler (for a message
+// handed back, with HandedBack set; given up, as any message given up on)
+// and counts it in [Stats].Abandoned. A goroutine cannot be stopped: the
+// handler keeps its worker of the executor, and its message's slot of
+// [WithMaxInFlight], until it returns, so that the Consumer never runs
+// more handlers than its bounds say; what it returns then is ignored.
+// With [WithKeyed], its key stays busy as long: the key's next messages,
+// and its own message if it comes back to this Consumer, wait behind it.
+// Run's drain does not wait for an abandoned handler.
+//
+// Without this option a handler runs as long as it does: its message gets
+// heartbeats for as long, and, once the drain timeout has cancelled its
+// context, Run waits for it to return. d must be positive. The cost is a
+// context with a deadline and a timer for each handler.
+func WithJobTimeout(d time.Duration) ConsumerOption {
+	return consumerOption(checked(d > 0, func(s *consumerSettings) { s.jobTimeout = d },
+		"WithJobTimeout(%v): d must be positive", d))
 }
 
 // WithBackoff sets the delay before a message whose handler failed is

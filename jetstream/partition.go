@@ -273,6 +273,7 @@ func (kc *KeyedConsumer[T]) Stats() Stats {
 		sum.Snoozed += s.Snoozed
 		sum.Panicked += s.Panicked
 		sum.Heartbeats += s.Heartbeats
+		sum.Abandoned += s.Abandoned
 		sum.InFlight += s.InFlight
 	}
 	return sum

@@ -7,6 +7,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -88,12 +89,17 @@ func (r *run[T]) process(ctx context.Context, d *delivery, p *prepared[T]) {
 	r.running++
 	r.mu.Unlock()
 	finished := false
+	owned := true // this goroutine settles d: false once its handler is abandoned
 	defer func() {
 		if !finished { // the handler called runtime.Goexit
-			r.settle(d, d.msg.Nak, &r.c.n.nacked)
+			if owned = r.claim(d); owned {
+				r.settle(d, d.msg.Nak, &r.c.n.nacked)
+			}
 		}
 		r.mu.Lock()
-		r.running--
+		if owned { // an abandoned handler was no longer counted
+			r.running--
+		}
 		r.checkLocked()
 		r.mu.Unlock()
 	}()
@@ -106,9 +112,105 @@ func (r *run[T]) process(ctx context.Context, d *delivery, p *prepared[T]) {
 		finished = true
 		return
 	}
-	err := recovered(func() error { return r.c.handler(r.s.handlerContext(ctx, p.msg.Header), p.msg) })
-	r.settleOutcome(ctx, d, p.meta, p.msg.Attempt(), err)
+	hctx, unwatch := r.watch(ctx, d, p)
+	defer unwatch()
+	err := recovered(func() error { return r.c.handler(r.s.handlerContext(hctx, p.msg.Header), p.msg) })
 	finished = true
+	if owned = r.claim(d); owned {
+		r.settleOutcome(ctx, d, p.meta, p.msg.Attempt(), err)
+	}
+}
+
+// watch returns the context to run the handler of d with, ctx with the
+// job timeout if one is set, and the function to call once the handler
+// has returned, which cancels that context and stops the watch. Once the
+// context ends, by the timeout or with ctx, a handler still running a job
+// timeout later is abandoned.
+func (r *run[T]) watch(ctx context.Context, d *delivery, p *prepared[T]) (context.Context, func()) {
+	timeout := r.s.jobTimeout
+	if timeout <= 0 {
+		return ctx, func() {}
+	}
+	hctx, cancel := context.WithTimeout(ctx, timeout)
+	var mu sync.Mutex
+	var grace *time.Timer
+	returned := false
+	unwatch := context.AfterFunc(hctx, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if !returned {
+			grace = time.AfterFunc(timeout, func() { r.abandon(d, p) })
+		}
+	})
+	return hctx, func() {
+		unwatch()
+		mu.Lock()
+		returned = true
+		if grace != nil {
+			grace.Stop()
+		}
+		mu.Unlock()
+		cancel()
+	}
+}
+
+// claim is called once the handler of d has returned, or was never
+// called: it reports whether the handler's outcome settles d, which it
+// does unless the handler was abandoned. The credit of an abandoned
+// handler's message, kept while the handler ran, is freed.
+func (r *run[T]) claim(d *delivery) bool {
+	if r.s.jobTimeout <= 0 {
+		return true // nothing abandons a handler
+	}
+	r.mu.Lock()
+	d.returned = true
+	abandoned, kept := d.abandoned, d.kept
+	r.mu.Unlock()
+	if kept {
+		r.release(1)
+	}
+	return !abandoned
+}
+
+// abandon gives up on the handler of d, still running a job timeout after
+// its context was cancelled, unless it has returned: d is settled as if
+// the handler had failed (handed back with the backoff, or given up on
+// its last delivery) unless a hard stop handed it back already, the
+// abandonment is reported, and then the handler is no longer counted as
+// running, so a drain does not wait for it. The handler's outcome will be
+// ignored, and d's credit stays taken until it returns (see settle and
+// claim).
+func (r *run[T]) abandon(d *delivery, p *prepared[T]) {
+	r.mu.Lock()
+	if d.returned {
+		r.mu.Unlock()
+		return
+	}
+	d.abandoned = true
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		r.running--
+		r.checkLocked()
+		r.mu.Unlock()
+	}()
+	r.c.n.abandoned.Add(1)
+	meta, attempt := p.meta, p.msg.Attempt()
+	err := fmt.Errorf("%w: the handler is still running %v after its context was cancelled; abandoned", ErrJobStuck, r.s.jobTimeout)
+	if r.maxDeliver > 0 && attempt >= r.maxDeliver && !d.settled.Load() {
+		r.giveUp(d, meta, fmt.Errorf("last of %d deliveries failed: %w", r.maxDeliver, err))
+		return
+	}
+	delay := r.s.backoff(attempt)
+	r.settle(d, func() error { return d.msg.NakWithDelay(delay) }, &r.c.n.nacked)
+	r.report(&MessageError{
+		Stream:     meta.Stream,
+		Sequence:   meta.Sequence.Stream,
+		Subject:    d.msg.Subject(),
+		Delivery:   int(meta.NumDelivered),
+		HandedBack: true,
+		Err:        err,
+	})
 }
 
 // recovered calls f, turning a panic into a *crew.PanicError: a codec's or
@@ -279,7 +381,8 @@ func (r *run[T]) deadLetter(m natsjs.Msg, me *MessageError) error {
 }
 
 // settle settles d with op, once: it reports whether this call did, and
-// then counts it, forgets d and frees its slot.
+// then counts it, forgets d and frees its slot, unless d's handler was
+// abandoned and still runs.
 func (r *run[T]) settle(d *delivery, op func() error, count *atomic.Uint64) bool {
 	if !d.settled.CompareAndSwap(false, true) {
 		return false
@@ -291,9 +394,15 @@ func (r *run[T]) settle(d *delivery, op func() error, count *atomic.Uint64) bool
 	r.mu.Lock()
 	delete(r.held, d)
 	r.c.n.held.Add(-1)
+	// An abandoned handler still running keeps the credit: its worker is
+	// busy. It frees it when it returns (see claim).
+	d.kept = d.abandoned && !d.returned
+	kept := d.kept
 	r.checkLocked()
 	r.mu.Unlock()
-	r.release(1)
+	if !kept {
+		r.release(1)
+	}
 	return true
 }
 

@@ -3,13 +3,15 @@ package jetstream
 import (
 	"context"
 	"strings"
+	"sync"
 
 	"github.com/nats-io/nats.go"
 )
 
-// A HeaderInjector adds to h, the headers of a job being enqueued, what
-// ctx, the context of the [Queue.Enqueue] call, carries across processes:
-// a trace context, for example. See [WithHeaderInjector].
+// A HeaderInjector adds to h, the headers of a job being enqueued or an
+// item being published, what ctx, the context of the [Queue.Enqueue] or
+// [Publisher.Add] call, carries across processes: a trace context, for
+// example. See [WithHeaderInjector].
 type HeaderInjector func(ctx context.Context, h nats.Header)
 
 // A ContextExtractor returns the context a [Handler] runs with, made from
@@ -18,27 +20,45 @@ type HeaderInjector func(ctx context.Context, h nats.Header)
 // [WithContextExtractor].
 type ContextExtractor func(ctx context.Context, h nats.Header) context.Context
 
+// A ProducerOption configures a [Queue] and a [Publisher], which both
+// publish messages: it is a [QueueOption] and a [PublisherOption].
+// [WithHeaderInjector] returns one.
+type ProducerOption interface {
+	QueueOption
+	PublisherOption
+}
+
 type injectorOption struct{ f HeaderInjector }
 
-func (o injectorOption) applyQueue(s *queueSettings) error {
+func (o injectorOption) applyQueue(s *queueSettings) error         { return o.set(&s.inject) }
+func (o injectorOption) applyPublisher(s *publisherSettings) error { return o.set(&s.inject) }
+
+// set stores the injector in *dst, unless it is nil.
+func (o injectorOption) set(dst *HeaderInjector) error {
 	if o.f == nil {
 		return invalid("WithHeaderInjector(nil)")
 	}
-	s.inject = o.f
+	*dst = o.f
 	return nil
 }
 
-// WithHeaderInjector makes [Queue.Enqueue] call f with its ctx and a
-// header of its own before it publishes the job, and add what f set there
-// to the job's headers, replacing those of the same keys that
-// [WithHeader] set; keys starting with Nats-, the server's, are left out.
-// f runs in the goroutine of Enqueue, once per call, and must not keep h.
-// [Queue.Schedule] does not call f: a periodic job outlives the call that
-// made it. With a [WithContextExtractor] on the [Consumer], the handler's
-// context carries what the Enqueue context did; the package
+// WithHeaderInjector makes [Queue.Enqueue] and [Publisher.Add] call f with
+// their ctx and a header of their own, and add what f set there to the
+// headers of the message they publish; keys starting with Nats-, the
+// server's, are left out. f runs in the goroutine of the call, once per
+// call, and must not keep h.
+//
+// Enqueue calls f before it publishes the job, and f's headers replace
+// those of the same keys that [WithHeader] set. [Queue.Schedule] does not
+// call f: a periodic job outlives the call that made it. Add calls f when
+// it queues the item, and a later flush publishes the headers with the
+// item's message (see [Publisher.Add] for how they are kept).
+//
+// With a [WithContextExtractor] on the [Consumer], the handler's context
+// carries what the context of Enqueue or Add did; the package
 // github.com/gocrew/crew/exporters/crewotel has such a pair for
 // OpenTelemetry trace contexts. f must not be nil.
-func WithHeaderInjector(f HeaderInjector) QueueOption { return injectorOption{f} }
+func WithHeaderInjector(f HeaderInjector) ProducerOption { return injectorOption{f} }
 
 // WithContextExtractor makes the [Consumer] call f with the handler's
 // context and the message's headers, just before the handler runs on the
@@ -55,13 +75,113 @@ func WithContextExtractor(f ContextExtractor) ConsumerOption {
 // inject calls f with ctx and a header of its own, and copies what f set
 // there to h, but for the server's headers (Nats-).
 func inject(f HeaderInjector, ctx context.Context, h nats.Header) {
-	set := nats.Header{}
-	f(ctx, set)
-	for k, v := range set {
-		if !strings.HasPrefix(strings.ToLower(k), "nats-") {
-			h[k] = append([]string(nil), v...)
+	for k, v := range injected(f, ctx) {
+		h[k] = append([]string(nil), v...)
+	}
+}
+
+// injected calls f with ctx and a new header, and returns what f set
+// there but for the server's headers (Nats-).
+func injected(f HeaderInjector, ctx context.Context) nats.Header {
+	h := nats.Header{}
+	f(ctx, h)
+	for k := range h {
+		if strings.HasPrefix(strings.ToLower(k), "nats-") {
+			delete(h, k)
 		}
 	}
+	return h
+}
+
+// minHeaderGeneration is the fewest headers a [headerStore] gathers in its
+// newer generation before it lets the older one go.
+const minHeaderGeneration = 1024
+
+// A headerStore holds the headers that a [Publisher]'s injector set for
+// the items Add queued, by message id, until the messages are stored: the
+// batcher holds items of the caller's type, which have no room for them,
+// and the id is what the Publisher knows an item's message by. The
+// headers of items that are never stored (dropped by the batcher, or
+// whose flush failed for good) cannot be told apart from the others;
+// they are let go in a later generation: the store keeps two, and once
+// the newer holds twice as many headers as the batcher has items pending
+// (and at least minHeaderGeneration), it lets the older go and starts a
+// new one. A flush that finds headers in the older generation moves them
+// to the newer, so a retried batch keeps its own.
+type headerStore struct {
+	mu       sync.Mutex
+	cur, old map[string]nats.Header
+	rotateAt int
+	pending  func() int // the items the batcher holds: accepted, not finished
+}
+
+func newHeaderStore(pending func() int) *headerStore {
+	return &headerStore{cur: map[string]nats.Header{}, old: map[string]nats.Header{}, rotateAt: minHeaderGeneration, pending: pending}
+}
+
+// put stores h as the headers of the message id, unless it has headers
+// already, which it keeps: the stream stores the message of an id once.
+// It reports whether it stored h.
+func (s *headerStore) put(id string, h nats.Header) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.findLocked(id) != nil {
+		return false
+	}
+	if len(s.cur) >= s.rotateAt {
+		n := s.pending()
+		if len(s.cur) >= 2*n {
+			s.old, s.cur = s.cur, map[string]nats.Header{}
+		}
+		s.rotateAt = max(minHeaderGeneration, 2*n)
+	}
+	s.cur[id] = h
+	return true
+}
+
+// get returns a copy of the headers of the message id, with room for the
+// message id header, or nil if it has none.
+func (s *headerStore) get(id string) nats.Header {
+	s.mu.Lock()
+	h := s.findLocked(id)
+	s.mu.Unlock()
+	if h == nil {
+		return nil
+	}
+	c := make(nats.Header, len(h)+1)
+	for k, v := range h {
+		c[k] = v // the publish sets keys; it does not change values
+	}
+	return c
+}
+
+// findLocked returns the headers of id, moving them to the newer
+// generation, or nil.
+func (s *headerStore) findLocked(id string) nats.Header {
+	if h, ok := s.cur[id]; ok {
+		return h
+	}
+	h, ok := s.old[id]
+	if ok {
+		delete(s.old, id)
+		s.cur[id] = h
+	}
+	return h
+}
+
+// forget drops the headers of the message id.
+func (s *headerStore) forget(id string) {
+	s.mu.Lock()
+	delete(s.cur, id)
+	delete(s.old, id)
+	s.mu.Unlock()
+}
+
+// size returns how many headers the store holds.
+func (s *headerStore) size() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.cur) + len(s.old)
 }
 
 // handlerContext returns the context the handler runs with, given ctx,

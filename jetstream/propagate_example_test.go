@@ -67,3 +67,54 @@ func ExampleWithHeaderInjector() {
 	// Output:
 	// ann@example.com req-7
 }
+
+// The same injector on a Publisher: each item's message carries the
+// headers set from the context of the Add that queued it, through the
+// batches it is flushed in.
+func ExampleWithHeaderInjector_publisher() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	js, stop := jobServer(ctx)
+	defer stop()
+	cons, err := js.CreateOrUpdateConsumer(ctx, "JOBS", jetstream.ConsumerConfig{
+		Durable: "mailers", FilterSubject: "jobs.email", AckPolicy: jetstream.AckExplicitPolicy,
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	inject := func(ctx context.Context, h nats.Header) {
+		if id, ok := ctx.Value(requestIDKey{}).(string); ok {
+			h.Set("Request-Id", id)
+		}
+	}
+	p := crewjs.NewPublisher(js, "jobs.email", func(e Email) string { return e.To }, crewjs.WithHeaderInjector(inject))
+	for i, to := range []string{"ann@example.com", "bob@example.com"} {
+		if err := p.Add(context.WithValue(ctx, requestIDKey{}, fmt.Sprint("req-", i)), Email{To: to}); err != nil {
+			log.Fatal(err)
+		}
+	}
+	if err := p.Close(ctx); err != nil { // flushes both in one batch
+		log.Fatal(err)
+	}
+
+	pool := crew.New(1)
+	defer pool.Stop()
+	done := make(chan string)
+	c := crewjs.NewConsumer(cons, pool, func(ctx context.Context, m crewjs.Msg[Email]) error {
+		done <- m.Value.To + " " + m.Header.Get("Request-Id")
+		return nil
+	})
+	runCtx, stopRun := context.WithCancel(ctx)
+	ran := make(chan error)
+	go func() { ran <- c.Run(runCtx) }()
+	fmt.Println(<-done)
+	fmt.Println(<-done)
+	stopRun()
+	if err := <-ran; err != nil {
+		log.Fatal(err)
+	}
+	// Output:
+	// ann@example.com req-0
+	// bob@example.com req-1
+}

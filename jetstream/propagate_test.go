@@ -3,6 +3,7 @@ package jetstream
 import (
 	"context"
 	"errors"
+	"strconv"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gocrew/crew"
+	"github.com/gocrew/crew/batch"
 )
 
 type requestKey struct{}
@@ -99,5 +101,173 @@ func TestContextExtractorPanicSettlesLikeHandlerPanic(t *testing.T) {
 	case <-called:
 		t.Error("the handler ran although the extractor panicked")
 	default:
+	}
+}
+
+// requestInjector sets the Request-Id header from the requestKey value of
+// ctx, and a header of the server's, which must be left out: the stream
+// would refuse a message expecting another stream.
+func requestInjector(ctx context.Context, h nats.Header) {
+	if id, ok := ctx.Value(requestKey{}).(string); ok {
+		h.Set("Request-Id", id)
+		h.Set(natsjs.ExpectedStreamHeader, "NOT-JOBS")
+	}
+}
+
+// TestPublisherHeaderInjectorReachesHandler adds items in contexts with
+// and without a request id to a Publisher with an injector, with an id
+// function and without: the consumer's messages carry the headers set at
+// Add, and the Publisher keeps none once they are stored.
+func TestPublisherHeaderInjectorReachesHandler(t *testing.T) {
+	checkLeaks(t)
+	for name, id := range map[string]func(item) string{"id function": itemID, "content hash": nil} {
+		t.Run(name, func(t *testing.T) {
+			checkLeaks(t)
+			ts := startServer(t)
+			_, js := ts.connect(t)
+			createStream(t, js, "JOBS", "jobs.>")
+			cons := createDurable(t, js, "JOBS", "workers", natsjs.ConsumerConfig{})
+			ctx := testCtx(t)
+			p := NewPublisher(js, "jobs.new", id, WithHeaderInjector(requestInjector))
+			const n = 6
+			for i := range n {
+				addCtx := ctx
+				if i%2 == 0 {
+					addCtx = context.WithValue(ctx, requestKey{}, "r-"+strconv.Itoa(i))
+				}
+				if err := p.Add(addCtx, item{ID: i}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := p.Close(ctx); err != nil {
+				t.Fatalf("Close: %v", err)
+			}
+			if st := p.Stats(); st.Stored != n {
+				t.Fatalf("stats %+v, want %d stored", st, n)
+			}
+			if left := p.headers.size(); left != 0 {
+				t.Errorf("the Publisher keeps the headers of %d messages after storing them all", left)
+			}
+
+			type got struct {
+				id                 int
+				request, expStream string
+			}
+			seen := make(chan got, n)
+			pool := crew.New(2)
+			t.Cleanup(pool.Stop)
+			runConsumer(t, NewConsumer(cons, pool, func(ctx context.Context, m Msg[item]) error {
+				seen <- got{m.Value.ID, m.Header.Get("Request-Id"), m.Header.Get(natsjs.ExpectedStreamHeader)}
+				return nil
+			}, fast...))
+			for range n {
+				g := <-seen
+				want := ""
+				if g.id%2 == 0 {
+					want = "r-" + strconv.Itoa(g.id)
+				}
+				if g.request != want || g.expStream != "" {
+					t.Errorf("item %d handled with Request-Id %q and %s %q, want %q and none", g.id, g.request, natsjs.ExpectedStreamHeader, g.expStream, want)
+				}
+			}
+		})
+	}
+}
+
+// TestPublisherHeadersSurviveARetriedFlush: the flushes of a batch fail
+// until the stream exists; the retry that stores the message publishes
+// the headers set at Add.
+func TestPublisherHeadersSurviveARetriedFlush(t *testing.T) {
+	checkLeaks(t)
+	ts := startServer(t)
+	_, js := ts.connect(t)
+	ctx := testCtx(t)
+	p := NewPublisher(js, "jobs.new", itemID, WithHeaderInjector(requestInjector), WithPublishTimeout(time.Second),
+		WithBatch(batch.WithRetry(crew.Retry{Attempts: 100, Delay: 10 * time.Millisecond, MaxDelay: 50 * time.Millisecond})))
+	if err := p.Add(context.WithValue(ctx, requestKey{}, "r-1"), item{ID: 1}); err != nil {
+		t.Fatal(err)
+	}
+	flushed := make(chan error, 1)
+	go func() { flushed <- p.Flush(ctx) }()
+	// The batcher counts a failed attempt's latency before it waits to
+	// retry it.
+	waitFor(t, 10*time.Second, "a flush failed", func() bool { return p.Stats().Batch.Latency.Count > 0 })
+	st := createStream(t, js, "JOBS", "jobs.>")
+	if err := <-flushed; err != nil {
+		t.Fatalf("Flush: %v", err)
+	}
+	if err := p.Close(ctx); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	raw, err := st.GetMsg(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := raw.Header.Get("Request-Id"); got != "r-1" || p.Stats().Batch.Retries == 0 {
+		t.Errorf("message stored by a retried flush (%+v) has Request-Id %q, want r-1", p.Stats().Batch, got)
+	}
+}
+
+// TestHeaderStoreLetsGoOfOldHeaders: headers never forgotten (of items
+// dropped or failed for good) are let go a generation later, while those
+// a flush looks up, and all of those within two generations, stay.
+func TestHeaderStoreLetsGoOfOldHeaders(t *testing.T) {
+	checkLeaks(t)
+	pending := 0
+	s := newHeaderStore(func() int { return pending })
+	h := func(v string) nats.Header { return nats.Header{"K": {v}} }
+	if !s.put("kept", h("first")) || s.put("kept", h("second")) {
+		t.Fatal("put of a new id did not store, or of a known id did")
+	}
+	if got := s.get("kept").Get("K"); got != "first" {
+		t.Errorf("headers of a twice-added id %q, want the first's", got)
+	}
+	for i := range 10 * minHeaderGeneration {
+		s.put("id-"+strconv.Itoa(i), h("x"))
+		if s.get("kept") == nil { // a batch retried for ever
+			t.Fatalf("headers looked up at every put let go after %d puts", i)
+		}
+	}
+	if n := s.size(); n > 2*minHeaderGeneration+1 {
+		t.Errorf("store holds %d headers, want at most two generations of %d", n, minHeaderGeneration)
+	}
+	if s.get("id-0") != nil {
+		t.Error("headers never looked up nor forgotten still held ten generations later")
+	}
+	last := "id-" + strconv.Itoa(10*minHeaderGeneration-1)
+	if s.get(last) == nil {
+		t.Error("the newest headers let go")
+	}
+	s.forget(last)
+	if s.get(last) != nil {
+		t.Error("forgotten headers still held")
+	}
+
+	// With many items pending, the store keeps twice as many headers.
+	pending = 3 * minHeaderGeneration
+	s = newHeaderStore(func() int { return pending })
+	for i := range 2 * pending {
+		s.put("id-"+strconv.Itoa(i), h("x"))
+	}
+	if s.get("id-0") == nil {
+		t.Errorf("headers let go while fewer than twice the %d items pending were added after them", pending)
+	}
+}
+
+// TestPublisherAddWithoutInjectorDoesNotAllocate: the injector costs
+// nothing to a Publisher without one.
+func TestPublisherAddWithoutInjectorDoesNotAllocate(t *testing.T) {
+	checkLeaks(t)
+	ts := startServer(t)
+	_, js := ts.connect(t)
+	createStream(t, js, "JOBS", "jobs.>")
+	ctx := testCtx(t)
+	unflushed := WithBatch(batch.WithMaxItems(1<<20), batch.WithMaxWait(time.Hour), batch.WithMaxPending(1<<20, batch.Block))
+	p := NewPublisher(js, "jobs.new", itemID, unflushed)
+	if n := testing.AllocsPerRun(1000, func() { _ = p.Add(ctx, item{ID: 1}) }); n != 0 {
+		t.Errorf("Add allocates %v times per call, want 0", n)
+	}
+	if err := p.Close(ctx); err != nil {
+		t.Fatalf("Close: %v", err)
 	}
 }

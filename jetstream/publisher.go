@@ -35,6 +35,9 @@ import (
 // whose last attempt failed go to the batch's error handler
 // ([batch.WithErrorHandler]).
 //
+// With [WithHeaderInjector], each message carries the headers that the
+// injector set from the context of the Add that queued its item.
+//
 // Once Close has been called, Add, Flush and Close return
 // [batch.ErrClosed]. Given a nil context, and on a nil Publisher or one not
 // made by NewPublisher, they return an error wrapping [crew.ErrInvalid] and
@@ -46,6 +49,8 @@ type Publisher[T any] struct {
 	codec   Codec
 	timeout time.Duration
 	b       *batch.Batcher[T]
+	inject  HeaderInjector // nil: none
+	headers *headerStore   // the injector's headers; nil without one
 
 	stored, duplicates atomic.Uint64
 
@@ -83,9 +88,12 @@ func NewPublisher[T any](js natsjs.JetStream, subject string, id func(T) string,
 	}
 	s := defaultPublisherSettings()
 	applyOptions("NewPublisher", &s, argErr, opts, PublisherOption.applyPublisher)
-	p := &Publisher[T]{js: js, subject: subject, id: id, codec: s.codec, timeout: s.timeout}
+	p := &Publisher[T]{js: js, subject: subject, id: id, codec: s.codec, timeout: s.timeout, inject: s.inject}
 	bopts := append([]batch.Option{batch.WithRetry(crew.Retry{Attempts: 5, Delay: 100 * time.Millisecond, MaxDelay: 2 * time.Second})}, s.batch...)
 	p.b = batch.New(p.flush, bopts...)
+	if p.inject != nil {
+		p.headers = newHeaderStore(func() int { return p.b.Stats().Pending })
+	}
 	return p
 }
 
@@ -93,11 +101,46 @@ func NewPublisher[T any](js natsjs.JetStream, subject string, id func(T) string,
 // before it is published; see [batch.Batcher.Add] for when it waits and the
 // errors it returns ([batch.ErrClosed] once [Publisher.Close] has been
 // called).
+//
+// With [WithHeaderInjector], Add first calls the injector with ctx, and
+// the item's message is published with the headers it set. The Publisher
+// keeps them by the item's message id until the stream has stored the
+// message, so that a retried flush publishes them again: without an id
+// function, Add encodes the item to find its id, once more than the
+// flush does. Items with the same id share the headers of the first one
+// added. The headers of items that are never stored (dropped, or whose
+// flush failed for good) are let go once about twice as many items as
+// are pending have been added since; an item still waiting for its
+// flush by then is published without its headers.
 func (p *Publisher[T]) Add(ctx context.Context, item T) error {
 	if err := p.check(ctx, "Add"); err != nil {
 		return err
 	}
+	if p.inject != nil {
+		return p.addWithHeaders(ctx, item)
+	}
 	return p.b.Add(ctx, item)
+}
+
+// addWithHeaders adds item with the headers the injector sets from ctx.
+func (p *Publisher[T]) addWithHeaders(ctx context.Context, item T) error {
+	h := injected(p.inject, ctx)
+	if len(h) == 0 {
+		return p.b.Add(ctx, item)
+	}
+	var data []byte
+	if p.id == nil {
+		if err := recovered(func() (err error) { data, err = p.codec.Marshal(item); return err }); err != nil {
+			return p.b.Add(ctx, item) // its flush fails and reports it
+		}
+	}
+	id := p.msgID(item, data)
+	stored := id != "" && p.headers.put(id, h) // an empty id fails the flush
+	err := p.b.Add(ctx, item)
+	if err != nil && stored {
+		p.headers.forget(id)
+	}
+	return err
 }
 
 // Flush publishes the items added so far and waits for them; see
@@ -159,7 +202,11 @@ func (p *Publisher[T]) flush(ctx context.Context, items []T) error {
 			errs = append(errs, invalid("Publisher: empty message id for an item"))
 			continue
 		}
-		f, err := p.js.PublishMsgAsync(&nats.Msg{Subject: p.subject, Data: data}, natsjs.WithMsgID(id))
+		m := &nats.Msg{Subject: p.subject, Data: data}
+		if p.headers != nil {
+			m.Header = p.headers.get(id)
+		}
+		f, err := p.js.PublishMsgAsync(m, natsjs.WithMsgID(id))
 		if err != nil {
 			errs = append(errs, fmt.Errorf("publish %s: %w", id, err))
 			continue
@@ -173,6 +220,9 @@ func (p *Publisher[T]) flush(ctx context.Context, items []T) error {
 				p.duplicates.Add(1)
 			} else {
 				p.stored.Add(1)
+			}
+			if p.headers != nil {
+				p.headers.forget(f.Msg().Header.Get(natsjs.MsgIDHeader))
 			}
 		case err := <-f.Err():
 			errs = append(errs, fmt.Errorf("publish %s: %w", f.Msg().Header.Get(natsjs.MsgIDHeader), err))

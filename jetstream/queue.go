@@ -50,8 +50,8 @@ type Queue[T any] struct {
 	partitions int // WithPartitions; 0: none
 }
 
-// A QueueOption configures [NewQueue]: [WithHeaderInjector],
-// [WithPartitions], and every [Option] ([WithCodec]).
+// A QueueOption configures [NewQueue]: [WithPartitions], every
+// [ProducerOption] ([WithHeaderInjector]) and every [Option] ([WithCodec]).
 type QueueOption interface {
 	// applyQueue applies the option to s, or returns why it is invalid.
 	applyQueue(s *queueSettings) error

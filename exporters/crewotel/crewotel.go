@@ -51,8 +51,9 @@
 // publishers of the package github.com/gocrew/crew/jetstream, each under
 // the name it is given ([ConsumerKey], [PublisherKey]). [InjectTrace] and
 // [ExtractTrace] carry the W3C trace context of a [jetstream.Queue]'s
-// Enqueue call to the context of the [jetstream.Consumer]'s handler, in
-// the job's headers (traceparent, tracestate):
+// Enqueue call, or a [jetstream.Publisher]'s Add, to the context of the
+// [jetstream.Consumer]'s handler, in the message's headers (traceparent,
+// tracestate):
 //
 //	q := crewjs.NewQueue[Email](js, "jobs.email", crewjs.WithHeaderInjector(crewotel.InjectTrace))
 //	c := crewjs.NewConsumer(cons, pool, handle, crewjs.WithContextExtractor(crewotel.ExtractTrace))

@@ -60,7 +60,8 @@ var traceContext propagation.TraceContext
 // headers, traceparent and tracestate, replacing any there; it writes
 // nothing if ctx carries no valid span context, or if h is nil. It is a
 // [jetstream.HeaderInjector]: give it to [jetstream.WithHeaderInjector]
-// for every job enqueued to carry the trace of its Enqueue call.
+// for every job enqueued to carry the trace of its Enqueue call, and
+// every item published by a Publisher the trace of its Add call.
 func InjectTrace(ctx context.Context, h nats.Header) {
 	traceContext.Inject(ctx, HeaderCarrier(h))
 }

@@ -21,7 +21,7 @@ func ExampleInjectTrace() {
 	crewotel.InjectTrace(ctx, h)
 	fmt.Println(h.Get("traceparent"))
 
-	// On a Queue:
+	// On a Queue or a Publisher:
 	_ = crewjs.WithHeaderInjector(crewotel.InjectTrace)
 	// Output: 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01
 }

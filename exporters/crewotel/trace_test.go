@@ -2,6 +2,7 @@ package crewotel_test
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"time"
 
@@ -80,17 +81,17 @@ func ExtractTraceOf(ctx context.Context, h nats.Header) context.Context {
 	return crewotel.ExtractTrace(ctx, h)
 }
 
-// TestTraceThroughQueue enqueues a job in a trace and one in none, and
-// checks what the handler's context carries.
-func TestTraceThroughQueue(t *testing.T) {
-	defer goleak.VerifyNone(t)
-	dir := t.TempDir()
-	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: dir, NoLog: true, NoSigs: true})
+// traceServer starts a NATS server with JetStream, stopped when the test
+// ends, and returns a JetStream with the stream JOBS of jobs.> and its
+// consumer w of jobs.email, and a context bounding the test.
+func traceServer(t *testing.T) (context.Context, natsjs.JetStream, natsjs.Consumer) {
+	t.Helper()
+	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	s.Start()
-	defer func() { s.Shutdown(); s.WaitForShutdown() }()
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
 	if !s.ReadyForConnections(10 * time.Second) {
 		t.Fatal("nats-server not ready")
 	}
@@ -98,13 +99,13 @@ func TestTraceThroughQueue(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer nc.Close()
+	t.Cleanup(nc.Close)
 	js, err := natsjs.New(nc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	t.Cleanup(cancel)
 	if _, err := js.CreateStream(ctx, natsjs.StreamConfig{Name: "JOBS", Subjects: []string{"jobs.>"}}); err != nil {
 		t.Fatal(err)
 	}
@@ -114,9 +115,13 @@ func TestTraceThroughQueue(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	q := crewjs.NewQueue[int](js, "jobs.email", crewjs.WithHeaderInjector(crewotel.InjectTrace))
+	return ctx, js, cons
+}
+
+// traceSeen runs a Consumer of cons with crewotel.ExtractTrace until the
+// test ends, and returns the span contexts its handler's contexts carry.
+func traceSeen(t *testing.T, ctx context.Context, cons natsjs.Consumer) <-chan trace.SpanContext {
 	pool := crew.New(1)
-	defer pool.Stop()
 	seen := make(chan trace.SpanContext)
 	c := crewjs.NewConsumer(cons, pool, func(ctx context.Context, m crewjs.Msg[int]) error {
 		seen <- trace.SpanContextFromContext(ctx)
@@ -125,12 +130,23 @@ func TestTraceThroughQueue(t *testing.T) {
 	runCtx, stop := context.WithCancel(ctx)
 	ran := make(chan error)
 	go func() { ran <- c.Run(runCtx) }()
-	defer func() {
+	t.Cleanup(func() {
 		stop()
 		if err := <-ran; err != nil {
 			t.Error(err)
 		}
-	}()
+		pool.Stop()
+	})
+	return seen
+}
+
+// TestTraceThroughQueue enqueues a job in a trace and one in none, and
+// checks what the handler's context carries.
+func TestTraceThroughQueue(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t) }) // after the other cleanups
+	ctx, js, cons := traceServer(t)
+	q := crewjs.NewQueue[int](js, "jobs.email", crewjs.WithHeaderInjector(crewotel.InjectTrace))
+	seen := traceSeen(t, ctx, cons)
 
 	if _, err := q.Enqueue(trace.ContextWithSpanContext(ctx, sampled), 1); err != nil {
 		t.Fatal(err)
@@ -143,5 +159,30 @@ func TestTraceThroughQueue(t *testing.T) {
 	}
 	if got := <-seen; got.IsValid() {
 		t.Errorf("handler of an untraced job saw span context %+v, want none", got)
+	}
+}
+
+// TestTraceThroughPublisher adds an item in a trace and one in none to a
+// Publisher, which flushes them in one batch, and checks what the
+// handler's context carries for each.
+func TestTraceThroughPublisher(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t) }) // after the other cleanups
+	ctx, js, cons := traceServer(t)
+	p := crewjs.NewPublisher(js, "jobs.email", strconv.Itoa, crewjs.WithHeaderInjector(crewotel.InjectTrace))
+	if err := p.Add(trace.ContextWithSpanContext(ctx, sampled), 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Add(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Close(ctx); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	seen := traceSeen(t, ctx, cons)
+	if got := <-seen; got.TraceID() != sampled.TraceID() || got.SpanID() != sampled.SpanID() || !got.IsRemote() {
+		t.Errorf("handler of an item added in a trace saw %+v, want the remote %+v", got, sampled)
+	}
+	if got := <-seen; got.IsValid() {
+		t.Errorf("handler of an item added in no trace saw span context %+v, want none", got)
 	}
 }
