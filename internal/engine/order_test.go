@@ -105,12 +105,12 @@ func TestOneWorkerKeepsOneProducersOrder(t *testing.T) {
 }
 
 // With one worker and several producers, each producer's tasks start in
-// the order it pushed them while the queue holds fewer tasks than a ring:
-// the ring is a FIFO in the order producers claim its cells. (Beyond it, a
-// producer stalled in a push lets spilled tasks pass the ring's.)
+// the order it pushed them, within the ring and beyond it: the ring is a
+// FIFO in the order producers claim its cells, and a worker takes no
+// spilled task while a cell before it is still being filled.
 func TestOneWorkerKeepsEachProducersOrder(t *testing.T) {
 	leak.Check(t)
-	const producers, each = 8, ringSize/8 - 1
+	const producers, each = 8, ringSize
 	for range 200 {
 		e := New(Config[func()]{MaxWorkers: 1, QueueSize: -1, Run: func(f func()) { f() }})
 		release := make(chan struct{})
