@@ -32,6 +32,7 @@ var consumerStats = []stat[jetstream.Stats]{
 	{"crew.jetstream.consumer.messages.in_flight", "{message}", "Messages held now: fetched and not settled.", false, func(s jetstream.Stats) int64 { return int64(s.InFlight) }},
 	{"crew.jetstream.consumer.panics", "{panic}", "Panics recovered: of handlers, and of WithKeyed's and WithPriority's functions.", true, func(s jetstream.Stats) int64 { return int64(s.Panicked) }},
 	{"crew.jetstream.consumer.heartbeats", "{heartbeat}", "InProgress notices sent.", true, func(s jetstream.Stats) int64 { return int64(s.Heartbeats) }},
+	{"crew.jetstream.consumer.handlers.abandoned", "{handler}", "Handlers abandoned, still running a job timeout after their context was cancelled.", true, func(s jetstream.Stats) int64 { return int64(s.Abandoned) }},
 }
 
 // publisherStats are the instruments read from jetstream.PublisherStats.

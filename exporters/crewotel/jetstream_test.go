@@ -49,7 +49,7 @@ func TestRegisterJetStreamCollected(t *testing.T) {
 	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	defer provider.Shutdown(context.Background())
 
-	orders := crewjs.Stats{Fetched: 10, Acked: 7, Nacked: 1, Terminated: 2, DeadLettered: 1, Snoozed: 3, Panicked: 1, Heartbeats: 5, InFlight: 4}
+	orders := crewjs.Stats{Fetched: 10, Acked: 7, Nacked: 1, Terminated: 2, DeadLettered: 1, Snoozed: 3, Panicked: 1, Heartbeats: 5, Abandoned: 2, InFlight: 4}
 	reg, err := crewotel.RegisterJetStream(provider.Meter("test"),
 		map[string]func() crewjs.Stats{"orders": func() crewjs.Stats { return orders }, "empty": (*crewjs.Consumer[int])(nil).Stats},
 		map[string]func() crewjs.PublisherStats{"events": func() crewjs.PublisherStats {
@@ -69,6 +69,7 @@ func TestRegisterJetStreamCollected(t *testing.T) {
 		"crew.jetstream.consumer.messages.in_flight orders":     4,
 		"crew.jetstream.consumer.panics orders":                 1,
 		"crew.jetstream.consumer.heartbeats orders":             5,
+		"crew.jetstream.consumer.handlers.abandoned orders":     2,
 		"crew.jetstream.consumer.messages.fetched empty":        0,
 		"crew.jetstream.publisher.messages.stored events":       8,
 		"crew.jetstream.publisher.messages.duplicates events":   2,
@@ -86,8 +87,8 @@ func TestRegisterJetStreamCollected(t *testing.T) {
 			t.Errorf("%s = %d (present %v), want %d", k, got, ok, v)
 		}
 	}
-	if len(points) != 9*2+10 {
-		t.Errorf("%d data points, want %d: %v", len(points), 9*2+10, points)
+	if len(points) != 10*2+10 {
+		t.Errorf("%d data points, want %d: %v", len(points), 10*2+10, points)
 	}
 	if sum := metrics["crew.jetstream.consumer.messages.in_flight"].Data.(metricdata.Sum[int64]); sum.IsMonotonic {
 		t.Error("in_flight is monotonic, want an UpDownCounter")

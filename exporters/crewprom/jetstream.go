@@ -22,6 +22,7 @@ var consumerStats = []stat[jetstream.Stats]{
 	{"snoozed_total", "Messages handed back or rescheduled because the handler returned Snooze.", prometheus.CounterValue, func(s jetstream.Stats) float64 { return float64(s.Snoozed) }},
 	{"panicked_total", "Panics recovered: of handlers, and of WithKeyed's and WithPriority's functions.", prometheus.CounterValue, func(s jetstream.Stats) float64 { return float64(s.Panicked) }},
 	{"heartbeats_total", "InProgress notices sent.", prometheus.CounterValue, func(s jetstream.Stats) float64 { return float64(s.Heartbeats) }},
+	{"abandoned_total", "Handlers abandoned, still running a job timeout after their context was cancelled.", prometheus.CounterValue, func(s jetstream.Stats) float64 { return float64(s.Abandoned) }},
 	{"in_flight", "Messages held now: fetched and not settled.", prometheus.GaugeValue, func(s jetstream.Stats) float64 { return float64(s.InFlight) }},
 }
 

@@ -16,7 +16,7 @@ import (
 
 func TestJetStreamCollectorGathered(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	orders := crewjs.Stats{Fetched: 10, Acked: 7, Nacked: 1, Terminated: 2, DeadLettered: 1, Snoozed: 3, Panicked: 1, Heartbeats: 5, InFlight: 4}
+	orders := crewjs.Stats{Fetched: 10, Acked: 7, Nacked: 1, Terminated: 2, DeadLettered: 1, Snoozed: 3, Panicked: 1, Heartbeats: 5, Abandoned: 2, InFlight: 4}
 	c := crewprom.NewJetStreamCollector(
 		map[string]func() crewjs.Stats{"orders": func() crewjs.Stats { return orders }},
 		map[string]func() crewjs.PublisherStats{"events": func() crewjs.PublisherStats {
@@ -35,6 +35,9 @@ crew_jetstream_consumer_in_flight{consumer="orders"} 4
 # HELP crew_jetstream_consumer_dead_lettered_total Messages published to the dead-letter subject before Term.
 # TYPE crew_jetstream_consumer_dead_lettered_total counter
 crew_jetstream_consumer_dead_lettered_total{consumer="orders"} 1
+# HELP crew_jetstream_consumer_abandoned_total Handlers abandoned, still running a job timeout after their context was cancelled.
+# TYPE crew_jetstream_consumer_abandoned_total counter
+crew_jetstream_consumer_abandoned_total{consumer="orders"} 2
 # HELP crew_jetstream_publisher_stored_total Messages the stream stored.
 # TYPE crew_jetstream_publisher_stored_total counter
 crew_jetstream_publisher_stored_total{publisher="events"} 8
@@ -42,13 +45,13 @@ crew_jetstream_publisher_stored_total{publisher="events"} 8
 # TYPE crew_jetstream_publisher_flush_retries_total counter
 crew_jetstream_publisher_flush_retries_total{publisher="events"} 6
 `
-	names := []string{"crew_jetstream_consumer_acked_total", "crew_jetstream_consumer_in_flight", "crew_jetstream_consumer_dead_lettered_total",
+	names := []string{"crew_jetstream_consumer_acked_total", "crew_jetstream_consumer_in_flight", "crew_jetstream_consumer_dead_lettered_total", "crew_jetstream_consumer_abandoned_total",
 		"crew_jetstream_publisher_stored_total", "crew_jetstream_publisher_flush_retries_total"}
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), names...); err != nil {
 		t.Error(err)
 	}
-	if n := testutil.CollectAndCount(c); n != 9+10 {
-		t.Errorf("%d metrics, want 19", n)
+	if n := testutil.CollectAndCount(c); n != 10+10 {
+		t.Errorf("%d metrics, want 20", n)
 	}
 	orders.Acked = 9
 	if v := testutil.ToFloat64(prometheus.CollectorFunc(func(ch chan<- prometheus.Metric) {
