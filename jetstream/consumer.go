@@ -187,6 +187,22 @@ type Stats struct {
 	InFlight     int    // messages held now: fetched and not settled
 }
 
+// plus returns the sum of s and o, field by field.
+func (s Stats) plus(o Stats) Stats {
+	return Stats{
+		Fetched:      s.Fetched + o.Fetched,
+		Acked:        s.Acked + o.Acked,
+		Nacked:       s.Nacked + o.Nacked,
+		Terminated:   s.Terminated + o.Terminated,
+		DeadLettered: s.DeadLettered + o.DeadLettered,
+		Snoozed:      s.Snoozed + o.Snoozed,
+		Panicked:     s.Panicked + o.Panicked,
+		Heartbeats:   s.Heartbeats + o.Heartbeats,
+		Abandoned:    s.Abandoned + o.Abandoned,
+		InFlight:     s.InFlight + o.InFlight,
+	}
+}
+
 // Stats returns a [Stats] snapshot of the Consumer's counters: zeros for a
 // nil Consumer.
 func (c *Consumer[T]) Stats() Stats {

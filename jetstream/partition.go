@@ -264,17 +264,7 @@ func (kc *KeyedConsumer[T]) Stats() Stats {
 		return sum
 	}
 	for _, c := range kc.consumers {
-		s := c.Stats()
-		sum.Fetched += s.Fetched
-		sum.Acked += s.Acked
-		sum.Nacked += s.Nacked
-		sum.Terminated += s.Terminated
-		sum.DeadLettered += s.DeadLettered
-		sum.Snoozed += s.Snoozed
-		sum.Panicked += s.Panicked
-		sum.Heartbeats += s.Heartbeats
-		sum.Abandoned += s.Abandoned
-		sum.InFlight += s.InFlight
+		sum = sum.plus(c.Stats())
 	}
 	return sum
 }

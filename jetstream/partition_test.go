@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
@@ -425,5 +426,21 @@ func TestKeyedConsumerRunStopsWhenAPartitionFails(t *testing.T) {
 		}
 	case <-time.After(testTimeout):
 		t.Fatal("Run did not return after a partition's consumer was deleted")
+	}
+}
+
+// Stats.plus adds every field, so that a KeyedConsumer's Stats miss no
+// counter a Consumer gains.
+func TestStatsPlusAddsEveryField(t *testing.T) {
+	var one Stats
+	v := reflect.ValueOf(&one).Elem()
+	for i := range v.NumField() {
+		v.Field(i).Set(reflect.ValueOf(1).Convert(v.Field(i).Type()))
+	}
+	sum := reflect.ValueOf(one.plus(one))
+	for i := range sum.NumField() {
+		if got := sum.Field(i).Convert(reflect.TypeOf(0)).Interface(); got != 2 {
+			t.Errorf("Stats.plus: %s = %v, want 2", sum.Type().Field(i).Name, got)
+		}
 	}
 }
