@@ -1,7 +1,7 @@
 package jetstream
 
 import (
-	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -124,43 +124,56 @@ type clusterRecord struct {
 	at                int64
 }
 
-// clusterRecords reads every record the workers wrote so far; a last line
-// cut short by a SIGKILL is skipped.
-func clusterRecords(t *testing.T, dir string) []clusterRecord {
-	t.Helper()
-	files, err := filepath.Glob(filepath.Join(dir, "*.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []clusterRecord
-	for _, f := range files {
-		fh, err := os.Open(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sc := bufio.NewScanner(fh)
-		for sc.Scan() {
-			var r clusterRecord
-			if _, err := fmt.Sscanf(sc.Text(), "%s %s %d %d", &r.what, &r.key, &r.n, &r.at); err != nil {
-				continue
-			}
-			r.worker = strings.TrimSuffix(filepath.Base(f), ".log")
-			out = append(out, r)
-		}
-		fh.Close()
-	}
-	return out
+// clusterLog reads the records the workers write, each file from where
+// the last read stopped, and keeps the distinct jobs done.
+type clusterLog struct {
+	t       *testing.T
+	dir     string
+	read    map[string]int // bytes of each file read so far, whole lines only
+	records []clusterRecord
+	done    map[string]bool            // jobs done, by id
+	by      map[string]map[string]bool // what each worker recorded: "ready", "done"
 }
 
-// doneJobs returns the distinct jobs done.
-func doneJobs(rs []clusterRecord) map[string]bool {
-	done := map[string]bool{}
-	for _, r := range rs {
-		if r.what == "done" {
-			done[clusterJob{Key: r.key, N: r.n}.id()] = true
+func newClusterLog(t *testing.T, dir string) *clusterLog {
+	return &clusterLog{t: t, dir: dir, read: map[string]int{}, done: map[string]bool{}, by: map[string]map[string]bool{}}
+}
+
+// update reads what the workers wrote since the last call; a last line cut
+// short (being written, or by a SIGKILL) waits for its end.
+func (l *clusterLog) update() *clusterLog {
+	files, err := filepath.Glob(filepath.Join(l.dir, "*.log"))
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			l.t.Fatal(err)
+		}
+		worker := strings.TrimSuffix(filepath.Base(f), ".log")
+		for {
+			rest := data[l.read[f]:]
+			i := bytes.IndexByte(rest, '\n')
+			if i < 0 {
+				break
+			}
+			l.read[f] += i + 1
+			r := clusterRecord{worker: worker}
+			if _, err := fmt.Sscanf(string(rest[:i]), "%s %s %d %d", &r.what, &r.key, &r.n, &r.at); err != nil {
+				continue
+			}
+			l.records = append(l.records, r)
+			if l.by[worker] == nil {
+				l.by[worker] = map[string]bool{}
+			}
+			l.by[worker][r.what] = true
+			if r.what == "done" {
+				l.done[clusterJob{Key: r.key, N: r.n}.id()] = true
+			}
 		}
 	}
-	return done
+	return l
 }
 
 // clusterProc is a worker process.
@@ -214,7 +227,8 @@ func TestClusterKeepsEveryGuarantee(t *testing.T) {
 	checkLeaks(t)
 	ts := startServer(t)
 	_, js := ts.connect(t)
-	ctx := testCtx(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*testTimeout) // the whole run
+	defer cancel()
 	createStreamWith(t, js, natsjs.StreamConfig{Name: "JOBS", Subjects: []string{"jobs.>"}, AllowMsgSchedules: true})
 	createStream(t, js, "DEAD", "dead.>")
 	dir := t.TempDir()
@@ -280,8 +294,9 @@ func TestClusterKeepsEveryGuarantee(t *testing.T) {
 	}()
 
 	total := len(jobs) - poisons
+	log := newClusterLog(t, dir)
 	progress := func(n int) func() bool {
-		return func() bool { return len(doneJobs(clusterRecords(t, dir))) >= n }
+		return func() bool { return len(log.update().done) >= n }
 	}
 	waitFor(t, testTimeout, "a fifth of the jobs", progress(total/5))
 	workers["w1"].stop(t, syscall.SIGKILL)
@@ -291,14 +306,7 @@ func TestClusterKeepsEveryGuarantee(t *testing.T) {
 	}
 	workers["w2b"] = startClusterWorker(t, "w2b", ts.url(), dir)
 	byW2b := func(what string) func() bool {
-		return func() bool {
-			for _, r := range clusterRecords(t, dir) {
-				if r.worker == "w2b" && r.what == what {
-					return true
-				}
-			}
-			return false
-		}
+		return func() bool { return log.update().by["w2b"][what] }
 	}
 	waitFor(t, testTimeout, "w2b to make its consumers", byW2b("ready"))
 	close(gate)
@@ -336,7 +344,7 @@ func TestClusterKeepsEveryGuarantee(t *testing.T) {
 		}
 	}
 
-	rs := clusterRecords(t, dir)
+	rs := log.update().records
 	checkClusterRecords(t, jobs, rs)
 	// Each job is in the stream once: the delayed ones and the replays
 	// were published by the server and by Replay.
