@@ -89,7 +89,7 @@ type core[I any] struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	pctx   context.Context // the pool's context, nil for a zero pool
-	unlink func() bool     // stops the link from pctx
+	slot   int             // in the pool's watchers, -1 when not in them
 	cfg    groupConfig
 	limit  int       // cfg.limit, or no limit; guarded by mu once SetLimit may change it
 	step   layerStep // c.runStep, made once
@@ -224,7 +224,10 @@ func (c *core[I]) init(ctx context.Context, p *Pool, opts []GroupOption, fifos *
 		// group tasks see it like Submit tasks do, and the group's queued
 		// tasks are skipped rather than left behind steps it dropped.
 		c.pctx = p.Context()
-		c.unlink = context.AfterFunc(c.pctx, c.poolEnded)
+		c.slot = -1
+		if !p.core().groups.add(c.pctx, c) {
+			c.poolEnded()
+		}
 	}
 	c.step = layerStep{run: c.runStep, owner: c}
 	c.steps.init(p, c.ctx)
@@ -237,6 +240,9 @@ func (c *core[I]) mustInit(ctx context.Context, p *Pool, opts []GroupOption, fif
 		panic(err)
 	}
 }
+
+// watchSlot is where the pool's watchers keep c's index (see watchers).
+func (c *core[I]) watchSlot() *int { return &c.slot }
 
 // poolEnded cancels the group once the pool's context has ended: with
 // ErrStopped if Shutdown gave up, else with the context's cause.
@@ -984,8 +990,8 @@ func (c *core[I]) finish(discard bool) (pe *PanicError, res error, unseen []*Pan
 	c.mu.Unlock()
 	if first {
 		c.cancel(res)
-		if c.unlink != nil {
-			c.unlink()
+		if c.pctx != nil {
+			c.p.core().groups.remove(c)
 		}
 	}
 	return pe, res, unseen

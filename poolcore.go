@@ -47,6 +47,8 @@ type poolCore[E any] struct {
 	stamp func(el E, t *Task) E
 
 	end end
+	// groups are the groups on the pool that its context's end cancels.
+	groups watchers
 	// exited, if set, runs after the engine's workers have exited and
 	// before the end: a function pool with state waits for the states to
 	// be closed.
