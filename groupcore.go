@@ -573,8 +573,9 @@ func (c *core[I]) helpOne(inside bool) bool {
 // owed.
 func (c *core[I]) runItem(e entry[I], keep bool) (again bool) {
 	if c.ctx.Err() == nil && c.pctx != nil && (c.pctx.Err() != nil || c.p.over()) {
-		// AfterFunc cancels the group on a goroutine of its own, maybe
-		// later: cancel now, so that no queued task starts meanwhile.
+		// The pool's watchers cancel the group on a goroutine of their
+		// own, maybe later: cancel now, so that no queued task starts
+		// meanwhile.
 		// Shutdown ends the pool before it drops its queue and cancels
 		// its context, and a task must not start in between either.
 		c.poolEnded()
