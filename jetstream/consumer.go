@@ -94,6 +94,15 @@ type Consumer[T any] struct {
 // layer is reported by Run, which stops with the error of the first
 // submission it refuses.
 func NewConsumer[T any](cons natsjs.Consumer, ex crew.Executor, handler Handler[T], opts ...ConsumerOption) *Consumer[T] {
+	c, err := newConsumer(cons, ex, handler, opts)
+	if err != nil {
+		panic(err)
+	}
+	return c
+}
+
+// newConsumer is NewConsumer returning the error instead of panicking.
+func newConsumer[T any](cons natsjs.Consumer, ex crew.Executor, handler Handler[T], opts []ConsumerOption) (*Consumer[T], error) {
 	e, argErr := newExecutor(ex)
 	if cons == nil {
 		argErr = errors.Join(invalid("NewConsumer: nil consumer"), argErr)
@@ -103,7 +112,7 @@ func NewConsumer[T any](cons natsjs.Consumer, ex crew.Executor, handler Handler[
 	}
 	s := defaultConsumerSettings()
 	var route *msgRoute[T]
-	applyOptions("NewConsumer", &s, argErr, opts, ConsumerOption.applyConsumer, func(s *consumerSettings) error {
+	err := optionsError("NewConsumer", &s, argErr, opts, ConsumerOption.applyConsumer, func(s *consumerSettings) error {
 		if s.route == nil {
 			return nil
 		}
@@ -117,7 +126,10 @@ func NewConsumer[T any](cons natsjs.Consumer, ex crew.Executor, handler Handler[
 		s.pulls = 1
 		return nil
 	})
-	return &Consumer[T]{cons: cons, ex: e, route: route, handler: handler, s: s}
+	if err != nil {
+		return nil, err
+	}
+	return &Consumer[T]{cons: cons, ex: e, route: route, handler: handler, s: s}, nil
 }
 
 // Run fetches messages and processes them until ctx is cancelled, then

@@ -133,6 +133,13 @@ func checked[S any](ok bool, set func(*S), format string, args ...any) func(*S) 
 // is nil, with all of them joined. constructor names the function whose
 // options they are.
 func applyOptions[O, S any](constructor string, s *S, argErr error, opts []O, apply func(O, *S) error, checks ...func(*S) error) {
+	if err := optionsError(constructor, s, argErr, opts, apply, checks...); err != nil {
+		panic(err)
+	}
+}
+
+// optionsError is applyOptions returning the error instead of panicking.
+func optionsError[O, S any](constructor string, s *S, argErr error, opts []O, apply func(O, *S) error, checks ...func(*S) error) error {
 	errs := []error{argErr}
 	for i, o := range opts {
 		if any(o) == nil { // o is an interface: nil only if it holds nothing
@@ -144,9 +151,7 @@ func applyOptions[O, S any](constructor string, s *S, argErr error, opts []O, ap
 	for _, check := range checks {
 		errs = append(errs, check(s))
 	}
-	if err := errors.Join(errs...); err != nil {
-		panic(err)
-	}
+	return errors.Join(errs...)
 }
 
 type codecOption struct{ c Codec }

@@ -135,27 +135,20 @@ type KeyedConsumer[T any] struct {
 // MaxAckPending other than 0 or 1, n outside 1 to 4096, and an invalid
 // option; and the server's error if a consumer cannot be created. A
 // consumer created before an error stays.
-func NewKeyedConsumer[T any](ctx context.Context, js natsjs.JetStream, stream string, cfg natsjs.ConsumerConfig, n int, ex crew.Executor, handler Handler[T], opts ...ConsumerOption) (kc *KeyedConsumer[T], err error) {
+func NewKeyedConsumer[T any](ctx context.Context, js natsjs.JetStream, stream string, cfg natsjs.ConsumerConfig, n int, ex crew.Executor, handler Handler[T], opts ...ConsumerOption) (*KeyedConsumer[T], error) {
 	if err := checkKeyedConfig(ctx, js, stream, cfg, n, ex, handler); err != nil {
 		return nil, err
 	}
 	opts = append(opts[:len(opts):len(opts)], WithMaxInFlight(1), WithPulls(1))
-	defer func() {
-		if v := recover(); v != nil {
-			e, ok := v.(error)
-			if !ok || !errors.Is(e, crew.ErrInvalid) {
-				panic(v)
-			}
-			kc, err = nil, e
-		}
-	}()
 	// Check the options before creating anything.
-	NewConsumer[T](noConsumer{}, ex, handler, opts...)
+	if _, err := newConsumer(noConsumer{}, ex, handler, opts); err != nil {
+		return nil, err
+	}
 	durable := cfg.Durable
 	cfg.AckPolicy = natsjs.AckExplicitPolicy
 	cfg.MaxAckPending = 1
 	filter := cfg.FilterSubject
-	kc = &KeyedConsumer[T]{consumers: make([]*Consumer[T], n)}
+	kc := &KeyedConsumer[T]{consumers: make([]*Consumer[T], n)}
 	for p := range n {
 		cfg.Durable = durable + "-p" + strconv.Itoa(p)
 		cfg.Name = ""
