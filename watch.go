@@ -13,8 +13,9 @@ import (
 type watchers struct {
 	mu    sync.Mutex
 	list  []watcher
-	ended bool // the pool's context ended: list is empty for good
-	armed bool // the AfterFunc on the pool's context is made
+	first [2]watcher // list's first backing array: a pool with a group or two allocates none
+	ended bool       // the pool's context ended: list is empty for good
+	armed bool       // the AfterFunc on the pool's context is made
 }
 
 // A watcher is a group in a pool's watchers.
@@ -36,6 +37,7 @@ func (ws *watchers) add(ctx context.Context, g watcher) bool {
 	}
 	if !ws.armed {
 		ws.armed = true
+		ws.list = ws.first[:0]
 		context.AfterFunc(ctx, ws.end)
 	}
 	*g.watchSlot() = len(ws.list)
