@@ -382,11 +382,11 @@ func (p *Pool) dropListed(final bool, drained int) (n int) {
 	p.mu.Lock()
 	for t := p.queued.head; t != nil; {
 		next := t.next
-		switch {
-		case t.state.CompareAndSwap(accepted, dropped):
+		switch t.dropUnstarted() {
+		case dropped:
 			p.unlistLocked(t)
 			out = append(out, t)
-		case t.state.CompareAndSwap(pushing, passed):
+		case passed:
 			p.unlistLocked(t)
 		}
 		t = next
@@ -399,6 +399,31 @@ func (p *Pool) dropListed(final bool, drained int) (n int) {
 		n = p.settleDrops(drained)
 	}
 	return n
+}
+
+// dropUnstarted marks t, a listed task that no worker has begun, as dropped
+// (accepted: its Submit has returned or is returning it) or passed (its
+// Submit is still pushing it), and returns the state it set, or the state
+// it found if t had started or ended. Submit's own move from pushing to
+// accepted may come between a look and a mark, so the look is repeated
+// until a mark holds: a task found pushing and then accepted must still
+// be dropped, or a running task waiting for it holds Shutdown for ever.
+func (t *Task) dropUnstarted() int32 {
+	for {
+		s := t.state.Load()
+		var to int32
+		switch s {
+		case accepted:
+			to = dropped
+		case pushing:
+			to = passed
+		default:
+			return s
+		}
+		if t.state.CompareAndSwap(s, to) {
+			return to
+		}
+	}
 }
 
 // settleDrops returns the number of tasks that a Shutdown dropped, given
