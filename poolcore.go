@@ -235,7 +235,7 @@ func (c *poolCore[E]) stop() {
 	began := clock.Now()
 	c.e.Close()
 	c.e.Resume()
-	if c.e.Wait(nil) != nil || c.e.InWorker() {
+	if c.e.Wait(nil) != nil || c.e.InCallback() {
 		return
 	}
 	c.exit()
@@ -262,7 +262,7 @@ func (c *poolCore[E]) shutdown(ctx context.Context) error {
 	} else {
 		err = c.e.Wait(ctx)
 	}
-	if err == nil && c.e.InWorker() {
+	if err == nil && c.e.InCallback() {
 		err = engine.ErrInWorker // a worker's own code, as it retires (see stop)
 	}
 	if err == engine.ErrInWorker {

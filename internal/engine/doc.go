@@ -113,7 +113,12 @@
 // its engine's number onto its own stack as a run of frames (identity.go),
 // and the few paths about to block read the caller's stack: Wait returns
 // ErrInWorker, and a push waits for room unless tasks waiting the same way
-// hold every worker, when it fails.
+// hold every worker, when it fails. The read costs a walk of the stack, so
+// Wait first gives the tasks a couple of turns to finish; and a caller
+// that finds the engine quiet is a worker only inside one of the engine's
+// callbacks outside a task (a runner's start or done, the panic handler),
+// which a counter tells, so it reads the stack only while one runs
+// (InCallback).
 //
 // # Worker lifecycle and memory
 //

@@ -116,7 +116,12 @@ type Engine[T any] struct {
 	reaperArmed bool        // guarded by idleMu
 	lenders     *worker[T]  // parked workers whose slots Borrow took, linked by idleNext; guarded by idleMu
 	lendersN    atomic.Int32
-	borrowed    atomic.Int64 // slots Borrow took and Return has not given back: Wait waits for them
+	// Workers running a callback of the engine's outside any task
+	// (NewRunner or its done, OnPanic or OnGoexit once the task is counted
+	// out): the only way a worker runs its user's code while the engine is
+	// quiet (see InCallback).
+	inCallback atomic.Int32
+	borrowed   atomic.Int64 // slots Borrow took and Return has not given back: Wait waits for them
 
 	completed atomic.Uint64 // published by workers in batches; Wait relies on it
 	dropped   atomic.Uint64
@@ -530,12 +535,43 @@ func (e *Engine[T]) queued() int64 {
 // Wait blocks until no task is queued or running, on a worker or in a
 // borrowed slot, or ctx ends (nil: never).
 // Called from inside one of e's tasks, which would wait for itself, it
-// returns ErrInWorker instead of blocking.
+// returns ErrInWorker instead of blocking. It tells such a caller by
+// walking its stack (see InWorker), and gives the tasks waitYields turns
+// of the processor first: a caller from outside most often waits for a
+// short tail of tasks, which then spares it the walk.
 func (e *Engine[T]) Wait(ctx context.Context) error {
-	if !e.quiet() && e.InWorker() {
-		return ErrInWorker
+	if !e.quiet() {
+		for range waitYields {
+			runtime.Gosched()
+			if e.quiet() {
+				return nil
+			}
+		}
+		if e.InWorker() {
+			return ErrInWorker
+		}
 	}
 	return e.idleSig.Wait(ctx, e.quiet)
+}
+
+// waitYields is how many turns Wait gives the tasks before it walks the
+// caller's stack.
+const waitYields = 2
+
+// InCallback reports whether the caller is one of e's workers running a
+// callback of the engine's outside any task: NewRunner or the done it
+// returned, OnPanic or OnGoexit. A caller that Wait found quiet can be one
+// of e's workers only there, as a running task is not quiet. It walks the
+// stack only while such a callback runs.
+func (e *Engine[T]) InCallback() bool {
+	return e.inCallback.Load() > 0 && e.InWorker()
+}
+
+// callback runs f, a callback of the engine's, counted in inCallback.
+func (e *Engine[T]) callback(f func()) {
+	e.inCallback.Add(1)
+	defer e.inCallback.Add(-1)
+	f()
 }
 
 // quiet reports whether every accepted task has finished and no borrowed

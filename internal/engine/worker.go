@@ -183,7 +183,7 @@ func (w *worker[T]) Run() {
 			// slot to a new worker, if there is work or the minimum
 			// wants one.
 			if w.ended != nil && e.onGoexit != nil {
-				e.onGoexit(w.ended.t)
+				e.callback(func() { e.onGoexit(w.ended.t) })
 			}
 			e.release(0)
 			if e.unfinished() > 0 {
@@ -198,7 +198,7 @@ func (w *worker[T]) Run() {
 			}
 		}
 		if done != nil {
-			done()
+			e.callback(done)
 		}
 	}()
 	w.run = e.run
@@ -213,7 +213,7 @@ func (w *worker[T]) Run() {
 		if e.searching.Add(-1) == 0 && e.queued() > 1 {
 			e.wake() // for the tasks beyond the one this worker will take
 		}
-		w.run, done = e.newRunner()
+		e.callback(func() { w.run, done = e.newRunner() })
 	}
 	ready = true
 	for ; !w.loop(searching); searching = false {
@@ -222,7 +222,7 @@ func (w *worker[T]) Run() {
 			// panic(nil) under GODEBUG=panicnil=1, which recover cannot
 			// tell from runtime.Goexit. Report it as the panic it was.
 			e.panicked.Add(1)
-			e.onPanic(w.ended.t, nil, w.ended.stack)
+			e.callback(func() { e.onPanic(w.ended.t, nil, w.ended.stack) })
 			w.ended = nil
 		}
 	}
@@ -253,7 +253,7 @@ func (w *worker[T]) loop(searching bool) (retired bool) {
 		}()
 		if v != nil {
 			e.panicked.Add(1)
-			e.onPanic(t, v, debug.Stack())
+			e.callback(func() { e.onPanic(t, v, debug.Stack()) })
 		} else {
 			// Either the goroutine is ending (runtime.Goexit, or a panic
 			// that will crash the program) and Run's deferred call
