@@ -46,6 +46,8 @@ func BenchmarkGroup(b *testing.B) {
 			}
 			mustGroup(g.Wait())
 		}
+		// The workers the pool started for the group's steps.
+		b.ReportMetric(float64(p.Stats().Workers), "workers")
 	})
 	b.Run("crew-newpool", func(b *testing.B) {
 		b.ReportAllocs()
