@@ -94,21 +94,28 @@ func (t *Task) Cancel() bool {
 	if t == nil || t.done == nil || t.finished.Load() {
 		return false
 	}
-	if t.layered && t.state.CompareAndSwap(accepted, cancelled) || !t.layered && t.p.cancelQueued(t) {
-		if t.retry != nil {
-			t.retry.cancelDelayed() // finishes t
-		} else {
-			t.finish(context.Canceled)
+	for {
+		if t.layered && t.state.CompareAndSwap(accepted, cancelled) || !t.layered && t.p.cancelQueued(t) {
+			if t.retry != nil {
+				t.retry.cancelDelayed() // finishes t
+			} else {
+				t.finish(context.Canceled)
+			}
+			return true
 		}
-		return true
-	}
-	// Begun, or about to be: cancel its context.
-	if t.state.CompareAndSwap(started, interrupted) {
-		if l := t.lazy.Load(); l != nil {
-			l.cancel()
+		// Begun, or about to be: cancel its context.
+		if t.state.CompareAndSwap(started, interrupted) {
+			if l := t.lazy.Load(); l != nil {
+				l.cancel()
+			}
+			return false
+		}
+		// A Retrying's call that failed may have put t back to accepted,
+		// for its delay, between the two looks: look again.
+		if t.retry == nil || t.state.Load() != accepted {
+			return false
 		}
 	}
-	return false
 }
 
 // cancelQueued claims t, a Submit task of p, for Cancel if no worker has
