@@ -277,6 +277,10 @@ func (c *core[I]) push(it I, try bool) error {
 	c.q.Push(entry[I]{seq, it})
 	c.unfinished++
 	n := c.needSteps()
+	// A waiter that parked before the task came may be the only goroutine
+	// able to run it (in its slot, with every worker of the pool held):
+	// wake it to look again.
+	c.signal()
 	deep := seq%yieldEvery == 0 && c.q.Len() > yieldDepth
 	c.mu.Unlock()
 	if n > 0 {
@@ -305,6 +309,7 @@ func (c *core[I]) setLimit(n int) error {
 	c.mu.Lock()
 	c.limit = n
 	k := c.needSteps()
+	c.signal() // a waiter parked at the old limit may run a queued task now
 	c.mu.Unlock()
 	if k > 0 {
 		c.submit(k, false)
