@@ -276,6 +276,15 @@ func (c *core[I]) push(it I, try bool) error {
 	}
 	c.q.Push(entry[I]{seq, it})
 	c.unfinished++
+	if c.later != nil && c.later.doneCh != nil && c.ctx.Err() != nil {
+		// Done's skipQueued ran at the cancellation, before this task
+		// came, and with no waiter nothing else skips it if its step is
+		// dropped (an owed step given up, the pool's queue dropped by
+		// Shutdown): skip it now.
+		c.mu.Unlock()
+		c.skipQueued()
+		return nil
+	}
 	n := c.needSteps()
 	// A waiter that parked before the task came may be the only goroutine
 	// able to run it (in its slot, with every worker of the pool held):
