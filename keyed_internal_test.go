@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/gocrew/crew/internal/engine"
@@ -313,5 +314,105 @@ func TestKeyedGoForABusyKeyAllocatesNothing(t *testing.T) {
 		close(release)
 		k.Wait()
 		p.Stop()
+	}
+}
+
+// The Go that starts an idle key is left its key by the layer's drop as
+// the pool ends (abandon passes over a starting key), and deals with it
+// once its step's submission returns. Stop and Shutdown must still return
+// only once the task queued behind that start is dropped: done and
+// counted. Stop refuses the step, submitted after Stop closed the pool;
+// Shutdown's deadline drops it from the pool's queue. Paused, the key
+// must not be left with the task once the pool has ended, or the Task
+// never completes and Wait never returns.
+func TestKeyedStopWaitsForAStartingGo(t *testing.T) {
+	leak.Check(t)
+	for _, shutdown := range []bool{false, true} {
+		for _, paused := range []bool{false, true} {
+			name := map[bool]string{false: "Stop", true: "Shutdown"}[shutdown]
+			if paused {
+				name += "/paused"
+			}
+			t.Run(name, func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) { keyedStopDuringStart(t, shutdown, paused) })
+			})
+		}
+	}
+}
+
+func keyedStopDuringStart(t *testing.T, shutdown, paused bool) {
+	p := New(1)
+	k := NewKeyed[string](p)
+	proceed := make(chan struct{})
+	release := sync.OnceFunc(func() { close(proceed) })
+	defer release()
+	var calls atomic.Int32
+	k.l.steps.send = func(ctx context.Context, s layerStep, mode pushMode) error {
+		first := calls.Add(1) == 1
+		if first && !shutdown {
+			<-proceed // Stop closes the pool first: the step is refused
+		}
+		err := k.l.steps.sendTo(ctx, s, mode)
+		if first && shutdown {
+			<-proceed // the step waits in the pool's queue; Shutdown drops it
+		}
+		return err
+	}
+	if shutdown {
+		p.Go(func() { <-p.Context().Done() }) // holds the worker: the step stays queued
+	}
+	outer := make(chan error, 1)
+	go func() { outer <- k.Go("a", func() {}) }()
+	synctest.Wait() // the Go is starting the key
+	if paused {
+		k.Pause("a")
+	}
+	behind, ok := k.TrySubmit("a", func(context.Context) error { return nil })
+	if !ok {
+		t.Fatalf("TrySubmit behind the start: %v", behind.Wait())
+	}
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		if shutdown {
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			p.Shutdown(ctx)
+		} else {
+			p.Stop()
+		}
+	}()
+	synctest.Wait() // Stop or Shutdown has returned, or waits for the start
+	select {
+	case <-stopped:
+		select {
+		case <-behind.Done():
+		default:
+			t.Errorf("the pool's stop returned while the task queued behind a starting Go was not done (%+v)", k.Stats())
+		}
+	default:
+	}
+	release()
+	<-stopped
+	err := <-outer
+	synctest.Wait()
+	select {
+	case <-behind.Done():
+	default:
+		release()
+		t.Fatalf("the task queued behind the start is never done: the key is left with it (%+v)", k.Stats())
+	}
+	if err := behind.Wait(); err != ErrDropped {
+		t.Errorf("the task behind the start: Wait = %v, want ErrDropped", err)
+	}
+	wantErr, wantDropped := error(ErrStopped), uint64(1) // refused: Go reports it
+	if shutdown {
+		wantErr, wantDropped = nil, 2 // accepted, then dropped with the pool's queue
+	}
+	if err != wantErr {
+		t.Errorf("the starting Go = %v, want %v", err, wantErr)
+	}
+	if s := k.Stats(); s.Unfinished != 0 || s.Keys != 0 || s.Dropped != wantDropped {
+		t.Errorf("Keyed stats %+v, want no key or task left and %d dropped", s, wantDropped)
 	}
 }
