@@ -397,6 +397,9 @@ func (k *Keyed[K]) push(ctx context.Context, key K, e layerEntry, mode pushMode)
 		return nil
 	}
 	kq.starting = true
+	// abandon passes over a starting key and leaves it to us: Stop and
+	// Shutdown wait until started has dropped what it must.
+	k.l.holdDrop()
 	sh.mu.Unlock()
 	return kq.started(k.l.steps.submit(ctx, kq.step, mode))
 }
@@ -603,49 +606,51 @@ func (k *Keyed[K]) Paused(key K) bool {
 // took (err == nil) or refused: then the task just queued, the first in
 // the key's queue, is not accepted after all. Tasks queued behind it (by
 // submissions that must not wait, or from inside the pool's tasks) were
-// accepted: the stepper submits the key's steps for them, waiting for room.
+// accepted: the stepper submits the key's steps for them, waiting for
+// room. Once the pool has ended, abandon has passed over the key: started
+// drops what the key holds, paused or not, and only then lets go of the
+// pool's end that push held. (Had it not ended, abandon deals with the key
+// once it does.)
 func (kq *keyQueue[K]) started(err error) error {
 	k, sh := kq.k, kq.sh
+	var dropped []layerEntry
+	defer func() { k.l.dropTaken(dropped) }() // push's holdDrop
 	sh.mu.Lock()
 	kq.starting = false
 	sh.started.Broadcast()
-	switch {
-	case kq.dead:
+	if kq.dead {
 		// The pool stopped and abandon dropped the key's tasks, ours too
 		// (a Task is done with ErrDropped).
 		sh.mu.Unlock()
 		return err
-	case err == nil && kq.running == 0 && k.stopping():
-		// Shutdown's deadline has passed, and abandon left the key to us:
-		// the step was dropped with the pool's queue, or will find the
-		// key dead.
-		dropped := k.dropAll(kq, false)
-		sh.mu.Unlock()
-		k.l.dropEntries(dropped...)
-		return nil
-	case err == nil:
+	}
+	var own layerEntry
+	if err != nil {
+		own = kq.q.Take()
+		sh.waiting--
+		kq.pending--
+	}
+	var n int32
+	if kq.running == 0 && k.stopping() {
+		// The pool has ended and abandon left the key to us: its step was
+		// refused, or dropped with the pool's queue, or will find the key
+		// dead; nothing will start its tasks.
+		dropped = k.dropAll(kq, false)
+	} else {
 		// The step may have run our task and left the key to us, and
 		// tasks may have queued behind our start meanwhile (or, with a
 		// limit above 1, behind the step): start them, from a goroutine
 		// that may wait for room.
-		n := kq.more()
+		n = kq.more()
 		if n == 0 && !kq.busy() && kq.q.Len() == 0 {
 			kq.idle()
 		}
-		sh.mu.Unlock()
-		kq.owe(n)
-		return nil
-	}
-	own := kq.q.Take()
-	sh.waiting--
-	kq.pending--
-	n := kq.more()
-	if n == 0 && !kq.busy() && kq.q.Len() == 0 {
-		kq.idle()
 	}
 	sh.mu.Unlock()
-	k.l.done(1)
-	own.refuse(err)
+	if err != nil {
+		k.l.done(1)
+		own.refuse(err)
+	}
 	kq.owe(n) // a stopped pool refuses them: the tasks are dropped
 	return err
 }
