@@ -219,6 +219,26 @@ func panicNilChild(t *testing.T) {
 	}
 }
 
+// Under GODEBUG=panicnil=1, a panic handler that calls runtime.Goexit for
+// a call's panic(nil) ends the worker after the call was counted as
+// failed: the worker's end must not report it again, as a Goexit of the
+// call's own, which would count one call as two failures.
+func TestPanicNilHandlerGoexitCountsOneFailure(t *testing.T) {
+	underPanicNil(t, func(t *testing.T) {
+		leak.Check(t)
+		var handled atomic.Int64
+		p := crew.NewFunc(1, func(context.Context, int) error { panic(nil) }, //nolint:govet // the point of the test
+			crew.WithPanicHandler(func(*crew.PanicError) { handled.Add(1); runtime.Goexit() }))
+		if err := p.Invoke(1); err != nil {
+			t.Fatal(err)
+		}
+		mustReturn(t, trapDeadline, "Stop", p.Stop)
+		if s := p.Stats(); handled.Load() != 1 || s.Failed != 1 || s.Panicked != 1 || s.Completed != 1 {
+			t.Errorf("one call's panic(nil), whose handler called Goexit: handler ran %d times, stats %+v; want 1 failed, panicked and completed", handled.Load(), s)
+		}
+	})
+}
+
 // Stats read while Shutdown drops the queue never count a task twice:
 // Submitted stays at the tasks accepted, so a counter exported from it
 // (crewprom, crewotel) never goes down.
