@@ -217,13 +217,15 @@ func (w *worker[T]) Run() {
 	}
 	ready = true
 	for ; !w.loop(searching); searching = false {
-		if w.ended != nil {
+		if ended := w.ended; ended != nil {
 			// The goroutine did not end after all: the task called
 			// panic(nil) under GODEBUG=panicnil=1, which recover cannot
-			// tell from runtime.Goexit. Report it as the panic it was.
-			e.panicked.Add(1)
-			e.callback(func() { e.onPanic(w.ended.t, nil, w.ended.stack) })
+			// tell from runtime.Goexit. Report it as the panic it was,
+			// and only so: cleared first, so that an OnPanic that calls
+			// runtime.Goexit does not have it reported again to OnGoexit.
 			w.ended = nil
+			e.panicked.Add(1)
+			e.callback(func() { e.onPanic(ended.t, nil, ended.stack) })
 		}
 	}
 	retired = true
