@@ -140,7 +140,9 @@ func newConsumer[T any](cons natsjs.Consumer, ex crew.Executor, handler Handler[
 // still queued in a layer included, whose tasks then return at once) and
 // waits for the handlers to return: for ever for one that ignores its
 // context, unless a job timeout ([WithJobTimeout]) abandons it a job
-// timeout later. Run returns nil after a clean drain,
+// timeout later. The outcome of a handler whose message was handed back
+// settles nothing: the message is not also acknowledged, dead-lettered or
+// snoozed. Run returns nil after a clean drain,
 // an error wrapping [ErrDrainTimeout] if messages were handed back
 // unfinished, and, after the same drain, the error that stopped it
 // otherwise: the consumer was deleted, the connection was closed (noticed

@@ -197,8 +197,7 @@ func (r *run[T]) abandon(d *delivery, p *prepared[T]) {
 	r.c.n.abandoned.Add(1)
 	meta, attempt := p.meta, p.msg.Attempt()
 	err := fmt.Errorf("%w: the handler is still running %v after its context was cancelled; abandoned", ErrJobStuck, r.s.jobTimeout)
-	if r.maxDeliver > 0 && attempt >= r.maxDeliver && !d.settled.Load() {
-		r.giveUp(d, meta, fmt.Errorf("last of %d deliveries failed: %w", r.maxDeliver, err))
+	if r.maxDeliver > 0 && attempt >= r.maxDeliver && r.giveUp(d, meta, fmt.Errorf("last of %d deliveries failed: %w", r.maxDeliver, err)) {
 		return
 	}
 	delay := r.s.backoff(attempt)
@@ -256,19 +255,25 @@ func (r *run[T]) settleOutcome(ctx context.Context, d *delivery, meta *natsjs.Ms
 // snooze has the job of d run again delay later, not counting this
 // delivery: attempts is the attempts made so far. With WithSnooze, it
 // publishes a schedule of a copy of the job and acknowledges d; without,
-// or if the publish fails, it hands d back with NakWithDelay.
+// or if the publish fails, it hands d back with NakWithDelay. It does
+// nothing if d was settled already (a hard stop handed it back): it claims
+// d before it publishes, so that the job is not both handed back and
+// scheduled again.
 func (r *run[T]) snooze(d *delivery, meta *natsjs.MsgMetadata, attempts int, delay time.Duration) {
+	if !d.settled.CompareAndSwap(false, true) {
+		return
+	}
 	nak := func() error { return d.msg.NakWithDelay(delay) }
 	if r.s.snoozeJS == nil {
-		r.settle(d, nak, &r.c.n.snoozed)
+		r.settleClaimed(d, nak, &r.c.n.snoozed)
 		return
 	}
 	if err := r.reschedule(d.msg, meta, attempts, delay); err != nil {
 		r.report(fmt.Errorf("jetstream: snooze %s/%d, handing it back instead: %w", meta.Stream, meta.Sequence.Stream, err))
-		r.settle(d, nak, &r.c.n.snoozed)
+		r.settleClaimed(d, nak, &r.c.n.snoozed)
 		return
 	}
-	r.settle(d, r.ack(d.msg), &r.c.n.snoozed)
+	r.settleClaimed(d, r.ack(d.msg), &r.c.n.snoozed)
 }
 
 // reschedule publishes a schedule that publishes a copy of m, with
@@ -323,8 +328,13 @@ func (r *run[T]) ack(m natsjs.Msg) func() error {
 // reports it. If the dead-letter publish fails, the message is handed back
 // for redelivery instead, unless this was the last delivery MaxDeliver
 // allows: the server would not redeliver it, so it is terminated and the
-// failure reported.
-func (r *run[T]) giveUp(d *delivery, meta *natsjs.MsgMetadata, cause error) {
+// failure reported. giveUp claims d before it publishes, and does nothing
+// and returns false if d was settled already (a hard stop handed it back),
+// so that a message is not both handed back and dead-lettered.
+func (r *run[T]) giveUp(d *delivery, meta *natsjs.MsgMetadata, cause error) bool {
+	if !d.settled.CompareAndSwap(false, true) {
+		return false
+	}
 	me := &MessageError{
 		Stream:   meta.Stream,
 		Sequence: meta.Sequence.Stream,
@@ -342,18 +352,20 @@ func (r *run[T]) giveUp(d *delivery, meta *natsjs.MsgMetadata, cause error) {
 		default:
 			r.report(fmt.Errorf("jetstream: dead-letter %s/%d to %s, handing it back: %w", me.Stream, me.Sequence, r.s.deadSubject, err))
 			delay := r.s.backoff(me.Delivery)
-			r.settle(d, func() error { return d.msg.NakWithDelay(delay) }, &r.c.n.nacked)
-			return
+			r.settleClaimed(d, func() error { return d.msg.NakWithDelay(delay) }, &r.c.n.nacked)
+			return true
 		}
 	}
 	reason := cause.Error()
 	if len(reason) > 200 {
 		reason = reason[:200]
 	}
-	if r.settle(d, func() error { return d.msg.TermWithReason(reason) }, &r.c.n.terminated) && me.DeadLettered {
+	r.settleClaimed(d, func() error { return d.msg.TermWithReason(reason) }, &r.c.n.terminated)
+	if me.DeadLettered {
 		r.c.n.deadLettered.Add(1)
 	}
 	r.report(me)
+	return true
 }
 
 // deadLetter publishes a copy of m to the dead-letter subject and waits
@@ -387,6 +399,14 @@ func (r *run[T]) settle(d *delivery, op func() error, count *atomic.Uint64) bool
 	if !d.settled.CompareAndSwap(false, true) {
 		return false
 	}
+	r.settleClaimed(d, op, count)
+	return true
+}
+
+// settleClaimed is settle for a d whose settled flag the caller has set:
+// one that publishes before it settles (a dead letter, a snoozed copy)
+// claims d first, so that a hard stop does not hand it back meanwhile.
+func (r *run[T]) settleClaimed(d *delivery, op func() error, count *atomic.Uint64) {
 	if err := op(); err != nil {
 		r.opFailed("settling message", err)
 	}
@@ -403,7 +423,6 @@ func (r *run[T]) settle(d *delivery, op func() error, count *atomic.Uint64) bool
 	if !kept {
 		r.release(1)
 	}
-	return true
 }
 
 // heartbeats sends InProgress for every message held for about an
