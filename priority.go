@@ -271,8 +271,10 @@ func (q *Priority) settle(err error) {
 		// A step that is pending, or running a task (those not in the
 		// heap), adopts it when its own task is done (see run): it reads
 		// orphans after counting its task done, and we read that count
-		// after raising orphans. A pending step whose submission fails
-		// settles in turn.
+		// after raising orphans. A step dropping the tasks it found
+		// without a step (those not in the heap too) reads it again after
+		// counting them done (see adopt). A pending step whose submission
+		// fails settles in turn.
 		q.mu.Unlock()
 	case err != ErrStopped && err != ErrDropped:
 		// Nobody to adopt it, and the executor refused the step for now:
@@ -362,24 +364,37 @@ func (q *Priority) exec(e layerEntry) {
 
 // adopt takes the best task if one lacks a step. When the executor does
 // not let a step run more than its own task (after Shutdown's deadline; on
-// a RateLimited, which would start it without a token), it drops the
-// tasks that lack a step instead.
+// a RateLimited or a Subpool, which would start it without a token or a
+// slot), it drops the tasks that lack a step instead.
+//
+// The tasks it drops are counted done only after mu is released, so a
+// settle in between counts them among the unfinished tasks not in the
+// heap and leaves the orphans it finds to a running step: to this one.
+// Hence, having counted them done, adopt reads orphans again, as runFrom
+// does after its task (see settle), and takes on what it finds.
 func (q *Priority) adopt() (layerEntry, bool) {
-	q.mu.Lock()
-	var dropped []layerEntry
-	for len(q.h) > q.pending {
-		e := q.heapRemove(0)
-		if q.l.steps.inline(ErrQueueFull) && q.l.steps.inline(ErrStopped) {
-			q.countOrphans()
-			q.mu.Unlock()
-			return e, true
+	for {
+		q.mu.Lock()
+		var dropped []layerEntry
+		for len(q.h) > q.pending {
+			e := q.heapRemove(0)
+			if q.l.steps.inline(ErrQueueFull) && q.l.steps.inline(ErrStopped) {
+				q.countOrphans()
+				q.mu.Unlock()
+				return e, true
+			}
+			dropped = append(dropped, e)
 		}
-		dropped = append(dropped, e)
+		q.countOrphans()
+		q.mu.Unlock()
+		if len(dropped) == 0 {
+			return layerEntry{}, false
+		}
+		q.l.dropEntries(dropped...)
+		if q.orphans.Load() == 0 {
+			return layerEntry{}, false
+		}
 	}
-	q.countOrphans()
-	q.mu.Unlock()
-	q.l.dropEntries(dropped...)
-	return layerEntry{}, false
 }
 
 // abandon drops every queued task once the pool has stopped: their steps
