@@ -152,7 +152,11 @@ type keyQueue[K comparable] struct {
 	// to the executor; other producers of the key wait meanwhile, and the
 	// queue is neither removed nor reused (that Go still refers to it).
 	starting bool
-	step     layerStep // kq.run under k's number (see layer.mark), made once
+	// held is set when the pool's end is held for a starting key, for
+	// started to drop what it must before Stop and Shutdown return (see
+	// abandon); started releases it.
+	held bool
+	step layerStep // kq.run under k's number (see layer.mark), made once
 
 	// WithKeyRate only.
 	b       tokenBucket
@@ -397,9 +401,6 @@ func (k *Keyed[K]) push(ctx context.Context, key K, e layerEntry, mode pushMode)
 		return nil
 	}
 	kq.starting = true
-	// abandon passes over a starting key and leaves it to us: Stop and
-	// Shutdown wait until started has dropped what it must.
-	k.l.holdDrop()
 	sh.mu.Unlock()
 	return kq.started(k.l.steps.submit(ctx, kq.step, mode))
 }
@@ -507,8 +508,13 @@ func (k *Keyed[K]) abandon() {
 		var gone []*keyQueue[K]
 		for _, kq := range sh.m {
 			// A running step, and a starting Go, deal with their key
-			// themselves.
-			if kq.running == 0 && !kq.starting {
+			// themselves; Stop and Shutdown wait for the Go, which
+			// releases the hold (see started).
+			switch {
+			case kq.starting && !kq.held:
+				kq.held = true
+				k.l.holdDrop()
+			case kq.running == 0 && !kq.starting:
 				gone = append(gone, kq)
 			}
 		}
@@ -607,16 +613,25 @@ func (k *Keyed[K]) Paused(key K) bool {
 // the key's queue, is not accepted after all. Tasks queued behind it (by
 // submissions that must not wait, or from inside the pool's tasks) were
 // accepted: the stepper submits the key's steps for them, waiting for
-// room. Once the pool has ended, abandon has passed over the key: started
-// drops what the key holds, paused or not, and only then lets go of the
-// pool's end that push held. (Had it not ended, abandon deals with the key
-// once it does.)
+// room. Once the pool has ended, abandon passes over the key: started
+// drops what the key holds, paused or not, holding the pool's end (abandon
+// took the hold, or started takes it, under the shard's lock, before
+// abandon has let the end go) until it has. (Had it not ended, abandon
+// deals with the key once it does.)
 func (kq *keyQueue[K]) started(err error) error {
 	k, sh := kq.k, kq.sh
 	var dropped []layerEntry
-	defer func() { k.l.dropTaken(dropped) }() // push's holdDrop
+	held := false
+	defer func() {
+		if held {
+			k.l.dropTaken(dropped)
+		} else {
+			k.l.dropEntries(dropped...)
+		}
+	}()
 	sh.mu.Lock()
 	kq.starting = false
+	held, kq.held = kq.held, false
 	sh.started.Broadcast()
 	if kq.dead {
 		// The pool stopped and abandon dropped the key's tasks, ours too
@@ -634,8 +649,13 @@ func (kq *keyQueue[K]) started(err error) error {
 	if kq.running == 0 && k.stopping() {
 		// The pool has ended and abandon left the key to us: its step was
 		// refused, or dropped with the pool's queue, or will find the key
-		// dead; nothing will start its tasks.
+		// dead; nothing will start its tasks. The end is still held: by
+		// abandon for us, or, if abandon has not run, by the layer's link.
 		dropped = k.dropAll(kq, false)
+		if !held {
+			k.l.holdDrop()
+			held = true
+		}
 	} else {
 		// The step may have run our task and left the key to us, and
 		// tasks may have queued behind our start meanwhile (or, with a
