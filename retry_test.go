@@ -228,3 +228,47 @@ func TestRetryBackoffOfAnInvalidPolicy(t *testing.T) {
 		}
 	}
 }
+
+// With WithRetry only the last call counts: a task whose last call panics
+// after an earlier call failed with a value leaves the zero value in its
+// result slot (ResultGroup, MapErr, MapErrSeq), as one that panicked at
+// once does.
+func TestGroupRetryLastCallPanicLeavesZero(t *testing.T) {
+	leak.Check(t)
+	p := crew.New(2)
+	defer p.Stop()
+	opt := crew.WithRetry(crew.Retry{Attempts: 2})
+	fn := func(calls *atomic.Int64) func(context.Context, int) (int, error) {
+		return func(context.Context, int) (int, error) {
+			if calls.Add(1) == 1 {
+				return 42, errFlaky
+			}
+			panic("second call")
+		}
+	}
+	check := func(what string, out []int, err error, calls *atomic.Int64) {
+		t.Helper()
+		var pe *crew.PanicError
+		if !errors.As(err, &pe) || calls.Load() != 2 {
+			t.Fatalf("%s: err %v after %d calls, want a *PanicError after 2", what, err, calls.Load())
+		}
+		if len(out) != 1 || out[0] != 0 {
+			t.Errorf("%s: results %v, want [0]: the last call panicked", what, out)
+		}
+	}
+
+	var calls atomic.Int64
+	rg := crew.NewResultGroup[int](context.Background(), p, opt)
+	f := fn(&calls)
+	rg.Go(func(ctx context.Context) (int, error) { return f(ctx, 0) })
+	out, err := rg.Wait()
+	check("ResultGroup", out, err, &calls)
+
+	calls.Store(0)
+	out, err = crew.MapErr(context.Background(), p, []int{0}, fn(&calls), opt)
+	check("MapErr", out, err, &calls)
+
+	calls.Store(0)
+	out, err = crew.MapErrSeq(context.Background(), p, func(yield func(int) bool) { yield(0) }, fn(&calls), opt)
+	check("MapErrSeq", out, err, &calls)
+}
