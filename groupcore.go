@@ -103,6 +103,9 @@ type core[I any] struct {
 	exec func(ctx context.Context, seq int, it I) error
 	// grow, if set, is called under mu when seq is given to a new task.
 	grow func(seq int)
+	// unset, if set, clears the result of task seq, whose call panicked or
+	// called runtime.Goexit: WithRetry, an earlier call's may be there.
+	unset func(seq int)
 	// hooks, if set, are a Stream's or a MapErrStream's: set before the
 	// first task, never replaced.
 	hooks *coreHooks
@@ -625,7 +628,9 @@ func (c *core[I]) runItem(e entry[I], keep bool) (again bool) {
 		}
 		// A step that runtime.Goexit ends (recovered as nil) cannot go on
 		// with the next task: it keeps no step.
-		c.forget(e.seq) // a panic is not retried
+		if c.forget(e.seq) != nil && c.unset != nil { // a panic is not retried
+			c.unset(e.seq) // only the last call counts
+		}
 		again = c.done(e.seq, err, false, keep && v != nil)
 	}()
 	ctx := c.ctx

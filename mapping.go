@@ -47,6 +47,10 @@ func MapErr[T, R any](ctx context.Context, p *Pool, items []T, fn func(context.C
 		out[i], err = fn(ctx, items[i])
 		return err
 	}
+	c.unset = func(i int) {
+		var zero R
+		out[i] = zero
+	}
 	if err := c.init(ctx, p, opts, &indexFIFOs); err != nil {
 		return nil, err
 	}
@@ -107,6 +111,7 @@ func MapErrSeq[T, R any](ctx context.Context, p *Pool, seq iter.Seq[T], fn func(
 		return err
 	}
 	c.grow = out.grow
+	c.unset = out.unset
 	if err := c.init(ctx, p, opts, nil); err != nil {
 		return nil, err
 	}

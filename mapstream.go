@@ -63,6 +63,7 @@ func MapErrStream[T, R any](ctx context.Context, p *Pool, seq iter.Seq[T], fn fu
 		s := &resultStream[T, R]{fn: fn}
 		c := &s.c
 		c.exec = s.exec
+		c.unset = s.unset
 		c.hooks = &coreHooks{settle: s.settle, until: s.headReady}
 		if err := c.init(ctx, p, opts, nil); err != nil {
 			yield(zero, err)
@@ -104,6 +105,13 @@ func (s *resultStream[T, R]) exec(ctx context.Context, seq int, v T) error {
 	r, err := s.fn(ctx, v)
 	s.slots[seq%len(s.slots)].r = r // the slot is the task's until settle
 	return err
+}
+
+// unset clears the result of a call that panicked or called
+// runtime.Goexit, in place of an earlier call's (WithRetry).
+func (s *resultStream[T, R]) unset(seq int) {
+	var zero R
+	s.slots[seq%len(s.slots)].r = zero
 }
 
 // settle marks a call's result ready, and returns the error to cancel the

@@ -29,6 +29,7 @@ func NewResultGroup[T any](ctx context.Context, p *Pool, opts ...GroupOption) *R
 	g := new(ResultGroup[T])
 	g.c.exec = g.exec
 	g.c.grow = g.out.grow
+	g.c.unset = g.out.unset
 	g.c.mustInit(ctx, p, opts, nil)
 	return g
 }
@@ -116,6 +117,12 @@ func (s *slots[T]) grow(i int) {
 		}
 		s.chunks[k] = make([]T, size)
 	}
+}
+
+// unset clears result i.
+func (s *slots[T]) unset(i int) {
+	var zero T
+	*s.at(i) = zero
 }
 
 func (s *slots[T]) at(i int) *T {
