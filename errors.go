@@ -21,8 +21,8 @@ var (
 	// ErrInsideTask is wrapped by the errors of calls that cannot work from
 	// inside one of the pool's own tasks because they would wait for the
 	// calling task itself: Wait panics with it, Shutdown returns it. The
-	// Wait of a Keyed, Priority, RateLimited or Subpool panics with it
-	// when called from inside one of that layer's own tasks, and a
+	// Wait of a Keyed, Priority, RateLimited, Subpool or Retrying panics
+	// with it when called from inside one of that layer's own tasks, and a
 	// Subpool's Shutdown returns it.
 	ErrInsideTask = engine.ErrInWorker
 
@@ -31,7 +31,8 @@ var (
 
 	// ErrDropped completes a submitted Task that never started because the
 	// pool stopped: Shutdown removed it from the queue, or it waited in a
-	// layer (a RateLimited's token, say) that the stopped pool let go.
+	// layer (a RateLimited's token, say) that the stopped pool let go. A
+	// Subpool's Shutdown drops the Subpool's tasks with it too.
 	ErrDropped = errors.New("crew: task dropped: the pool stopped before it started")
 
 	// ErrPaused is what the [*ShutdownError] of a paused pool's Shutdown

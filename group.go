@@ -34,6 +34,9 @@ type Group struct {
 	c core[func(context.Context) error]
 }
 
+// groupFIFOs are the queues that finished Groups hand on to new ones.
+var groupFIFOs sync.Pool
+
 // NewGroup returns a group of tasks that run on p. The group's context is
 // derived from ctx; it is cancelled when a task fails (unless
 // [WithAllErrors]), when ctx is, when p's context is ([Pool.Shutdown]'s
@@ -41,9 +44,6 @@ type Group struct {
 // costs a few small allocations whatever the number of its tasks. NewGroup
 // panics with an error wrapping [ErrInvalid] if ctx is nil or an option is
 // nil or invalid.
-// groupFIFOs are the queues that finished Groups hand on to new ones.
-var groupFIFOs sync.Pool
-
 func NewGroup(ctx context.Context, p *Pool, opts ...GroupOption) *Group {
 	g := new(Group)
 	g.c.exec = runGroupTask

@@ -238,7 +238,8 @@ func (p *Pool) Pause() { p.core().pause() }
 func (p *Pool) Resume() { p.core().resume() }
 
 // Paused reports whether the pool is paused: [Pool.Pause] was called, and
-// neither [Pool.Resume], [Pool.Stop] nor [Pool.Shutdown] since.
+// neither [Pool.Resume], [Pool.Stop] nor a [Pool.Shutdown] from outside the
+// pool's tasks since.
 func (p *Pool) Paused() bool { return p.core().paused() }
 
 // Stop stops the pool: it refuses new work ([ErrStopped]), runs every task
@@ -270,7 +271,8 @@ func (p *Pool) Stop() { p.core().stop() }
 // [ErrPaused], even when nothing was queued.
 //
 // Called from inside one of the pool's own tasks, Shutdown closes the pool
-// and returns an error wrapping [ErrInsideTask] at once, as Stop does.
+// and returns an error wrapping [ErrInsideTask] at once, as Stop does, but
+// does not resume a paused pool: its queued tasks run once it is resumed.
 func (p *Pool) Shutdown(ctx context.Context) error { return p.core().shutdown(ctx) }
 
 // Resize changes the worker limit to n. When n grows, workers start at once

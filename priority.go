@@ -117,14 +117,16 @@ func NewPriority(ex Executor, opts ...PriorityOption) *Priority {
 // panic handler. Go allocates nothing beyond the task's closure, except
 // when the heap grows.
 //
-// [Pool.Stop] runs the tasks Go accepted, with one exception: since a step
-// runs the best task, not its own, a Go that the stopping pool refuses may
-// find that its task has already run in another's step, leaving another
-// task without a step; if no step of q is left to take it on, that task is
-// dropped. When [Pool.Shutdown]'s deadline passes, the tasks that have not
-// started are dropped. Dropped tasks are counted in Stats().Dropped (see
-// [LayerStats]), and a [Task] made by a Submit form completes with
-// [ErrDropped].
+// [Pool.Stop] runs the tasks Go accepted, except those whose steps the
+// executor drops as the pool stops (on a [RateLimited], those still
+// waiting for a token: see [RateLimited.Go]; on a [Subpool], see
+// [Subpool.Go]), and one more: since a step runs the best task, not its
+// own, a Go that the stopping pool refuses may find that its task has
+// already run in another's step, leaving another task without a step; if
+// no step of q is left to take it on, that task is dropped. When
+// [Pool.Shutdown]'s deadline passes, the tasks that have not started are
+// dropped. Dropped tasks are counted in Stats().Dropped (see [LayerStats]),
+// and a [Task] made by a Submit form completes with [ErrDropped].
 func (q *Priority) Go(prio int, task func()) error {
 	return submitGo(q.layer(), q.push, nil, prio, task, pushGo)
 }

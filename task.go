@@ -81,10 +81,11 @@ var errZeroTask = invalidf("a Task must come from a Submit method")
 //
 // A Pool's task cancelled before it started counts in [Stats].Cancelled,
 // and the worker that reaches its place in the queue passes over it. A
-// task of a [Keyed], [Priority] or [RateLimited] keeps its place in the
-// layer's order until the layer reaches it and passes over it: it counts
-// among [LayerStats].Unfinished until then (the layer's Wait waits for
-// it), and in LayerStats.Cancelled from then on; a RateLimited, or a
+// task of a [Keyed], [Priority], [RateLimited] or [Subpool] keeps its place
+// in the layer's order (a Subpool's holds its slots once admitted) until
+// the layer reaches it and passes over it: it counts among
+// [LayerStats].Unfinished until then (the layer's Wait waits for it), and
+// in LayerStats.Cancelled from then on; a RateLimited, or a
 // Keyed with a per-key rate, spends a token on it. A [Retrying]'s task
 // waiting for the delay before its next call ends at once, and Wait
 // returns its last call's error joined with context.Canceled (see
