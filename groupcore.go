@@ -120,10 +120,10 @@ type core[I any] struct {
 	pending    int           // steps submitted to the pool (or owed) and not started
 	running    int           // tasks running, on steps or helping waiters
 	unfinished int           // tasks queued or running
-	waiters    int           // goroutines parked in wait
 	wake       chan struct{}
-	closed     bool // Wait has returned
-	ended      bool // Done was called and no task was left: Go is refused
+	closed     bool  // Wait has returned
+	ended      bool  // Done was called and no task was left: Go is refused
+	waiters    int32 // goroutines parked in wait
 	result     error
 	err        error         // first error
 	errs       []seqErr      // WithAllErrors
