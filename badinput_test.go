@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -283,5 +284,99 @@ func TestBadInputEdgeConfigurations(t *testing.T) {
 	mustReturn(t, trapDeadline, "Stop", p.Stop)
 	if n != 100 {
 		t.Fatalf("%d of 100 tasks ran", n)
+	}
+}
+
+// keyedRefusesKey checks that every submission form of k refuses key, a
+// key that a map cannot hold, with an error wrapping ErrInvalid that names
+// the call, and that Pause, Resume and Paused of it do nothing: no panic,
+// no task accepted, no key left holding memory.
+func keyedRefusesKey[K comparable](t *testing.T, k *crew.Keyed[K], key K) {
+	t.Helper()
+	ctx := context.Background()
+	nop := func(context.Context) error { return nil }
+	forms := map[string]func() error{
+		"Go":        func() error { return k.Go(key, func() {}) },
+		"GoContext": func() error { return k.GoContext(ctx, key, func() {}) },
+		"TryGo": func() error {
+			if k.TryGo(key, func() {}) {
+				return errors.New("accepted")
+			}
+			return nil
+		},
+		"Submit":        func() error { return k.Submit(key, nop).Wait() },
+		"SubmitContext": func() error { return k.SubmitContext(ctx, key, nop).Wait() },
+		"TrySubmit": func() error {
+			task, ok := k.TrySubmit(key, nop)
+			if ok {
+				return errors.New("accepted")
+			}
+			return task.Wait()
+		},
+	}
+	for form, call := range forms {
+		var err error
+		if v, panicked := newPanic(func() { err = call() }); panicked {
+			t.Errorf("%s(%#v) panicked: %v", form, key, v)
+			continue
+		}
+		if form == "TryGo" {
+			if err != nil {
+				t.Errorf("TryGo(%#v): %v", key, err)
+			}
+			continue
+		}
+		if !errors.Is(err, crew.ErrInvalid) || !strings.Contains(err.Error(), "Keyed."+form) {
+			t.Errorf("%s(%#v) = %v, want an error wrapping ErrInvalid that names Keyed.%s", form, key, err, form)
+		}
+	}
+	if v, panicked := newPanic(func() {
+		k.Pause(key)
+		if k.Paused(key) {
+			t.Errorf("Paused(%#v) after Pause = true", key)
+		}
+		k.Resume(key)
+	}); panicked {
+		t.Errorf("Pause, Paused or Resume of %#v panicked: %v", key, v)
+	}
+	mustReturn(t, trapDeadline, "Keyed.Wait", k.Wait)
+	if s := k.Stats(); s.Unfinished != 0 || s.Keys != 0 {
+		t.Errorf("after key %#v: %+v, want no task and no key", key, s)
+	}
+}
+
+// A key that a map cannot hold is refused: an interface key holding a
+// value that cannot be hashed (a slice, map or func) rather than crashing
+// the caller, and a NaN, which is not equal to itself, rather than giving
+// each of its tasks a queue of its own, so that they run at once whatever
+// WithKeyLimit says, and leaving the entry of each Pause of it in its map
+// for good.
+func TestBadInputKeyedUnusableKeys(t *testing.T) {
+	leak.Check(t)
+	p := crew.New(2)
+	defer p.Stop()
+	type point struct {
+		X, Y float64
+		Tag  any
+	}
+	keyedRefusesKey(t, crew.NewKeyed[float64](p), math.NaN())
+	keyedRefusesKey(t, crew.NewKeyed[complex128](p), complex(0, math.NaN()))
+	keyedRefusesKey(t, crew.NewKeyed[point](p), point{X: math.NaN()})
+	keyedRefusesKey(t, crew.NewKeyed[point](p), point{Tag: []int{1}})
+	keyedRefusesKey(t, crew.NewKeyed[[2]any](p), [2]any{1, map[int]int{}})
+	anyKeyed := crew.NewKeyed[any](p)
+	for _, key := range []any{[]int{1}, map[string]int{}, func() {}, math.NaN(), point{Y: math.NaN()}} {
+		keyedRefusesKey(t, anyKeyed, key)
+	}
+	// Keys that a map holds still work, an interface's nil and a pointer
+	// included.
+	ran := make(chan struct{}, 4)
+	for _, key := range []any{nil, 1.5, &point{}, point{Tag: "x"}} {
+		if err := anyKeyed.Go(key, func() { ran <- struct{}{} }); err != nil {
+			t.Fatalf("Go(%#v): %v", key, err)
+		}
+	}
+	for range 4 {
+		<-ran
 	}
 }
