@@ -3,8 +3,10 @@ package crew
 import (
 	"context"
 	"errors"
+	"fmt"
 	"hash/maphash"
 	"math"
+	"reflect"
 	"runtime"
 	"sync"
 	"time"
@@ -89,6 +91,7 @@ type Keyed[K comparable] struct {
 	// startsWait: ex is a pool whose Go waits for room, so a key's start
 	// may wait for room (see push).
 	startsWait bool
+	keyCheck   keyCheck  // what a key of type K may hold that a map cannot take
 	free       sync.Pool // of *keyQueue[K], without WithKeyRate
 
 	tookToken func(key K, now int64) // tests: called under the shard lock at each token taken
@@ -212,6 +215,7 @@ func NewKeyed[K comparable](ex Executor, opts ...KeyedOption) *Keyed[K] {
 	}
 	k := &Keyed[K]{seed: maphash.MakeSeed(), shards: make([]keyShard[K], n), mask: uint64(n - 1), clock: clock.Now}
 	k.rate, k.perKey = rate, c.rate != nil
+	k.keyCheck = keyChecks(reflect.TypeFor[K]())
 	k.limit = int32(min(c.limit, math.MaxInt32))
 	for i := range k.shards {
 		sh := &k.shards[i]
@@ -240,8 +244,12 @@ func NewKeyed[K comparable](ex Executor, opts ...KeyedOption) *Keyed[K] {
 // inside one of the pool's tasks: that Go may be waiting for room only the
 // caller can free, so the task queues behind it at once.)
 //
-// Go returns [ErrStopped] once the pool has begun to stop and [ErrNilTask]
-// for a nil task. A panic in task goes to the pool's panic handler and the
+// Go returns [ErrStopped] once the pool has begun to stop, [ErrNilTask]
+// for a nil task, and an error wrapping [ErrInvalid] for a key that a map
+// cannot hold: one not equal to itself (a NaN, or a struct, array or
+// interface value holding one), or an interface value holding one whose
+// type cannot be hashed (a slice, map or func); so do the other
+// submission forms. A panic in task goes to the pool's panic handler and the
 // key's next task runs as usual. [Pool.Stop] runs every task Go accepted,
 // except those still waiting for a token ([WithKeyRate], or a Keyed on a
 // [RateLimited]), those of a paused key (see [Keyed.Pause]), and those
@@ -257,7 +265,8 @@ func (k *Keyed[K]) Go(key K, task func()) error {
 // TryGo queues task under key like [Keyed.Go] if that needs no waiting, and
 // reports whether it did: it returns false when the key is idle and the
 // pool's bounded queue has no room for its step, once the pool has begun
-// to stop, and for a nil task. While another submission of the same key is
+// to stop, and for a nil task or a key that Go refuses. While another
+// submission of the same key is
 // starting it, TryGo queues task behind that one.
 func (k *Keyed[K]) TryGo(key K, task func()) bool {
 	return submitGo(k.layer(), k.push, nil, key, task, pushTry) == nil
@@ -346,6 +355,11 @@ func (k *Keyed[K]) push(ctx context.Context, key K, e layerEntry, mode pushMode)
 	if k.shards == nil {
 		e.refuse(errZeroLayer)
 		return errZeroLayer
+	}
+	if err := k.badKey(key); err != nil {
+		err = invalidf("Keyed.%s: %w", keyedCall(e.t != nil, mode), err)
+		e.refuse(err)
+		return err
 	}
 	sh := k.shard(key)
 	sh.mu.Lock()
@@ -543,9 +557,10 @@ func (k *Keyed[K]) abandon() {
 // counted in Stats().Dropped (see [LayerStats]), and a [Task] made by
 // [Keyed.Submit] completes with [ErrDropped]. Resume the key first to run
 // them. Pause is idempotent, and does nothing once Stop or Shutdown has
-// begun, or on a zero Keyed. It costs a shard lock.
+// begun, on a zero Keyed, or for a key that [Keyed.Go] refuses as
+// invalid, of which no task can queue. It costs a shard lock.
 func (k *Keyed[K]) Pause(key K) {
-	if k == nil || k.shards == nil {
+	if k == nil || k.shards == nil || k.badKey(key) != nil {
 		return
 	}
 	sh := k.shard(key)
@@ -568,7 +583,7 @@ func (k *Keyed[K]) Pause(key K) {
 // a zero Keyed. Once the pool has begun to stop, the tasks it resumes are
 // dropped if the pool no longer takes their steps.
 func (k *Keyed[K]) Resume(key K) {
-	if k == nil || k.shards == nil {
+	if k == nil || k.shards == nil || k.badKey(key) != nil {
 		return
 	}
 	sh := k.shard(key)
@@ -597,7 +612,7 @@ func (k *Keyed[K]) Resume(key K) {
 // and not [Keyed.Resume] since. Once the pool has stopped, a key whose
 // tasks it dropped is no longer paused. Paused is false on a zero Keyed.
 func (k *Keyed[K]) Paused(key K) bool {
-	if k == nil || k.shards == nil {
+	if k == nil || k.shards == nil || k.badKey(key) != nil {
 		return false
 	}
 	sh := k.shard(key)
@@ -1019,4 +1034,82 @@ func (kq *keyQueue[K]) wake() {
 		}
 	}
 	sh.mu.Unlock()
+}
+
+// keyCheck says what a value of a key type may hold that a map cannot take
+// as a key: a NaN (in a float or complex number), which is not equal to
+// itself, so that no lookup would find its entry again, and, behind an
+// interface, a value whose type cannot be hashed (a slice, map or func),
+// whose hashing panics. For other types, strings and integers among them,
+// a key needs no check.
+type keyCheck uint8
+
+const (
+	keyMayBeNaN keyCheck = 1 << iota
+	keyMayNotHash
+)
+
+// keyChecks returns the checks that the keys of type t need.
+func keyChecks(t reflect.Type) keyCheck {
+	switch t.Kind() {
+	case reflect.Float32, reflect.Float64, reflect.Complex64, reflect.Complex128:
+		return keyMayBeNaN
+	case reflect.Interface:
+		return keyMayBeNaN | keyMayNotHash
+	case reflect.Array:
+		if t.Len() > 0 {
+			return keyChecks(t.Elem())
+		}
+	case reflect.Struct:
+		var c keyCheck
+		for i := range t.NumField() {
+			c |= keyChecks(t.Field(i).Type)
+		}
+		return c
+	}
+	return 0
+}
+
+// badKey returns why key cannot be one of k's keys, or nil. It costs
+// nothing for a key type that needs no check (see keyCheck).
+func (k *Keyed[K]) badKey(key K) error {
+	switch {
+	case k.keyCheck == 0:
+		return nil
+	case k.keyCheck&keyMayNotHash != 0:
+		return unhashable(key)
+	case key != key:
+		return notItself(key)
+	}
+	return nil
+}
+
+// unhashable returns why key, of a type that may hold an interface, cannot
+// be a map key, or nil: comparing it panics if it holds a value that
+// cannot be hashed.
+func unhashable[K comparable](key K) (err error) {
+	defer func() {
+		if recover() != nil {
+			err = fmt.Errorf("key %#v holds a value whose type cannot be hashed (a slice, map or func)", key)
+		}
+	}()
+	if key != key {
+		return notItself(key)
+	}
+	return nil
+}
+
+// notItself is the error of a key that is not equal to itself.
+func notItself[K comparable](key K) error {
+	return fmt.Errorf("key %#v is not equal to itself (it holds a NaN), so no lookup would find its tasks again", key)
+}
+
+// keyedCall names the Keyed method that pushes an entry as mode says: a
+// Submit form if the entry is a Task.
+func keyedCall(task bool, mode pushMode) string {
+	name := [...]string{pushGo: "Go", pushTry: "TryGo", pushCtx: "GoContext"}[mode]
+	if task {
+		name = [...]string{pushGo: "Submit", pushTry: "TrySubmit", pushCtx: "SubmitContext"}[mode]
+	}
+	return name
 }
