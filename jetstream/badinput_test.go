@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"iter"
 	"math"
 	"strconv"
@@ -284,6 +285,28 @@ func TestBadInputs(t *testing.T) {
 			}
 			return nil
 		}, nil},
+		// A key that no map can hold is bad data of one message: that
+		// message is given up with an error wrapping crew.ErrInvalid, as
+		// with a key function that panics, and the run goes on.
+		{"Run through a Keyed whose key function returns a key that cannot be hashed", func(t *testing.T) error {
+			sink := &errSink{}
+			c := newConsumer(t, nop, WithKeyed(crew.NewKeyed[any](pool), func(m Msg[item]) any { return []byte(m.Value.Body) }), WithErrorHandler(sink.handle))
+			if err := runsOne(t, c, "the message given up", func(st Stats) bool { return st.Terminated == 1 }); err != nil {
+				return err
+			}
+			return givenUpInvalid(sink, c.Stats())
+		}, nil},
+		{"Run through a Keyed whose key function returns a NaN", func(t *testing.T) error {
+			sink := &errSink{}
+			c := newConsumer(t, nop, WithKeyed(crew.NewKeyed[float64](pool), func(Msg[item]) float64 { return math.NaN() }), WithErrorHandler(sink.handle))
+			if err := runsOne(t, c, "the message given up", func(st Stats) bool { return st.Terminated == 1 }); err != nil {
+				return err
+			}
+			return givenUpInvalid(sink, c.Stats())
+		}, nil},
+		{"NewConsumer nil Retrying", func(*testing.T) error {
+			return panicValue(func() { NewConsumer(fakeConsumer{}, (*crew.Retrying)(nil), nop) })
+		}, crew.ErrInvalid},
 		{"WithMaxInFlight, WithMaxFetch and WithPulls at MaxInt", func(t *testing.T) error {
 			return runsWith(t, WithMaxInFlight(math.MaxInt), WithMaxFetch(math.MaxInt), WithPulls(math.MaxInt))
 		}, nil},
@@ -476,6 +499,28 @@ func TestBadInputs(t *testing.T) {
 			}
 			if d := f(math.MinInt); d != 0 && d != 1 {
 				return fmt.Errorf("delay at MinInt %v, want within [0, 1ns]", d)
+			}
+			return nil
+		}, nil},
+
+		// Partition computes the hash modulo n for every n, not modulo the
+		// low 32 bits of n (0 for 1<<32: a division by zero).
+		{"Partition with n beyond 32 bits", func(*testing.T) error {
+			if strconv.IntSize < 64 {
+				return nil
+			}
+			h := fnv.New32a()
+			h.Write([]byte("key"))
+			want := int(h.Sum32()) // below every n here
+			one := 1
+			for _, n := range []int{one << 32, one<<32 + 1, math.MaxInt} {
+				var got int
+				if v, panicked := panicOf(func() { got = Partition("key", n) }); panicked {
+					return fmt.Errorf("Partition(key, %d) panicked: %v", n, v)
+				}
+				if got != want {
+					return fmt.Errorf("Partition(key, %d) = %d, want %d", n, got, want)
+				}
 			}
 			return nil
 		}, nil},
@@ -754,4 +799,24 @@ func consumerOptionPanics(o ConsumerOption) func(*testing.T) error {
 			NewConsumer(fakeConsumer{}, pool, func(context.Context, Msg[item]) error { return nil }, o)
 		})
 	}
+}
+
+// givenUpInvalid checks that the one message a case ran was given up with
+// an error wrapping crew.ErrInvalid, not counted as a panic.
+func givenUpInvalid(sink *errSink, st Stats) error {
+	if mes := sink.messageErrors(); len(mes) != 1 || !errors.Is(mes[0], crew.ErrInvalid) || st.Panicked != 0 {
+		return fmt.Errorf("error handler got %v, stats %+v, want the message given up with an error wrapping crew.ErrInvalid", mes, st)
+	}
+	return nil
+}
+
+// panicOf calls f and returns the value it panicked with, if it did.
+func panicOf(f func()) (v any, panicked bool) {
+	defer func() {
+		if v = recover(); v != nil {
+			panicked = true
+		}
+	}()
+	f()
+	return nil, false
 }
