@@ -59,7 +59,7 @@ func Partition(key string, n int) int {
 	}
 	h := fnv.New32a()
 	h.Write([]byte(key))
-	return int(h.Sum32() % uint32(n))
+	return int(uint64(h.Sum32()) % uint64(n)) // uint32(n) would drop n's high bits
 }
 
 // WithPartitions splits the Queue's subject S into n partition subjects,
