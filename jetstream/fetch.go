@@ -160,12 +160,15 @@ func (r *run[T]) submit(d *delivery) error {
 	} else {
 		p := r.prepare(d)
 		if p.fail == nil {
+			var bad error // the message's key or priority cannot route it
 			if err := recovered(func() error {
-				t = r.c.route.submit(r.hardCtx, &p.msg, r.task(d, p))
+				t, bad = r.c.route.submit(r.hardCtx, &p.msg, r.task(d, p))
 				return nil
 			}); err != nil {
 				r.c.n.panicked.Add(1)
 				p.fail = func() { r.giveUp(d, p.meta, fmt.Errorf("%s: %w", r.c.route.name, err)) }
+			} else if bad != nil {
+				p.fail = func() { r.giveUp(d, p.meta, bad) }
 			}
 		}
 		if t == nil { // give it up on the executor, without a key or priority

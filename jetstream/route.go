@@ -25,7 +25,10 @@ import (
 // The message is decoded as it arrives, on the goroutine that reads its
 // pull, and key is called there with it, before the message is queued: it
 // must not block. A body the [Codec] cannot decode is given up on without
-// a key, and a panic in key gives the message up like a handler's panic.
+// a key, and a panic in key gives the message up like a handler's panic;
+// so does a key that [crew.Keyed] refuses as no map can hold it (a NaN,
+// or an interface value of a type that cannot be hashed), with an error
+// wrapping [crew.ErrInvalid], counted as no panic.
 // The messages waiting in k's queue for their key count against
 // [WithMaxInFlight] and get heartbeats ([WithHeartbeat]) like running
 // ones, so a message held behind a slow one of its key is not redelivered
@@ -45,8 +48,12 @@ func WithKeyed[T any, K comparable](k *crew.Keyed[K], key func(m Msg[T]) K) Cons
 		case key == nil:
 			return invalid("WithKeyed: nil key function")
 		}
-		return s.setRoute(&msgRoute[T]{name: "WithKeyed", submit: func(ctx context.Context, m *Msg[T], task func(context.Context) error) *crew.Task {
-			return k.SubmitContext(ctx, key(*m), task)
+		return s.setRoute(&msgRoute[T]{name: "WithKeyed", submit: func(ctx context.Context, m *Msg[T], task func(context.Context) error) (*crew.Task, error) {
+			kv := key(*m)
+			if err := checkKey(kv); err != nil {
+				return nil, err
+			}
+			return k.SubmitContext(ctx, kv, task), nil
 		}})
 	})
 }
@@ -84,8 +91,8 @@ func WithPriority[T any](p *crew.Priority, prio func(m Msg[T]) int) ConsumerOpti
 		case prio == nil:
 			return invalid("WithPriority: nil priority function")
 		}
-		return s.setRoute(&msgRoute[T]{name: "WithPriority", submit: func(ctx context.Context, m *Msg[T], task func(context.Context) error) *crew.Task {
-			return p.SubmitContext(ctx, prio(*m), task)
+		return s.setRoute(&msgRoute[T]{name: "WithPriority", submit: func(ctx context.Context, m *Msg[T], task func(context.Context) error) (*crew.Task, error) {
+			return p.SubmitContext(ctx, prio(*m), task), nil
 		}})
 	})
 }
@@ -94,7 +101,25 @@ func WithPriority[T any](p *crew.Priority, prio func(m Msg[T]) int) ConsumerOpti
 // property of the message: WithKeyed's key, WithPriority's priority.
 type msgRoute[T any] struct {
 	name   string // the option that made it
-	submit func(ctx context.Context, m *Msg[T], task func(context.Context) error) *crew.Task
+	submit func(ctx context.Context, m *Msg[T], task func(context.Context) error) (*crew.Task, error)
+}
+
+// checkKey returns an error wrapping crew.ErrInvalid if key, a message's
+// key, is one that no map can hold, which crew.Keyed refuses: one not equal
+// to itself (a NaN), or one holding a value whose type cannot be hashed,
+// whose comparison panics. Such a key is bad data of its message, which is
+// given up, rather than a refusal of the executor, which would stop the
+// run.
+func checkKey[K comparable](key K) (err error) {
+	defer func() {
+		if recover() != nil {
+			err = invalid("WithKeyed: the key %#v of the message holds a value whose type cannot be hashed", key)
+		}
+	}()
+	if key != key {
+		return invalid("WithKeyed: the key %#v of the message is not equal to itself (it holds a NaN)", key)
+	}
+	return nil
 }
 
 // routeName names the option that made a route and its message type,
@@ -156,6 +181,10 @@ func newExecutor(ex crew.Executor) (executor, error) {
 			return executor{}, invalid("NewConsumer: nil RateLimited")
 		}
 		return executor{ex: e, submit: e}, nil
+	case *crew.Retrying:
+		if e == nil {
+			return executor{}, invalid("NewConsumer: nil Retrying")
+		}
 	}
 	s, ok := ex.(taskSubmitter)
 	if !ok {
