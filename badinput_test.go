@@ -380,3 +380,34 @@ func TestBadInputKeyedUnusableKeys(t *testing.T) {
 		<-ran
 	}
 }
+
+// A nil *Latency or *Histogram (a field never set) is named, not
+// dereferenced: Snapshot reads as empty, and Record, Track and TrackFunc
+// panic at once with an error wrapping ErrInvalid that names the call.
+// Track must not hand back a task that panics in the worker that runs it,
+// before the task itself ever runs.
+func TestBadInputNilLatency(t *testing.T) {
+	leak.Check(t)
+	var l *crew.Latency
+	var h *crew.Histogram
+	if v, panicked := newPanic(func() {
+		if s := h.Snapshot(); s.Count != 0 || s.Quantile(0.5) != 0 {
+			t.Errorf("nil Histogram: Snapshot = %+v", s)
+		}
+		if s := l.Snapshot(); s.Wait.Count != 0 || s.Run.Count != 0 {
+			t.Errorf("nil Latency: Snapshot = %+v", s)
+		}
+	}); panicked {
+		t.Errorf("Snapshot of a nil Latency or Histogram panicked: %v", v)
+	}
+	for call, f := range map[string]func(){
+		"Histogram.Record":  func() { h.Record(time.Second) },
+		"Latency.Track":     func() { l.Track(func(context.Context) error { return nil }) },
+		"Latency.TrackFunc": func() { l.TrackFunc(func() {}) },
+	} {
+		err, _ := newPanic(f)
+		if !errors.Is(err, crew.ErrInvalid) || !strings.Contains(err.Error(), call) {
+			t.Errorf("%s on nil: panic %v, want an error wrapping ErrInvalid that names %s", call, err, call)
+		}
+	}
+}
