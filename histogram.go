@@ -109,8 +109,12 @@ func (h *Histogram) load() *histShards {
 
 // Record adds one observation of d. Negative durations count as zero;
 // durations beyond about 4.9 hours count in the last bucket (and in Max
-// exactly).
+// exactly). On a nil *Histogram, which has nowhere to count, Record panics
+// with an error wrapping [ErrInvalid].
 func (h *Histogram) Record(d time.Duration) {
+	if h == nil {
+		panic(invalidf("Histogram.Record(%v) on a nil *Histogram", d))
+	}
 	v := uint64(max(d, 0))
 	ss := h.load()
 	s := &ss.s[rand.Uint32()&ss.mask]
@@ -127,8 +131,12 @@ func (h *Histogram) Record(d time.Duration) {
 // Snapshot returns the histogram's counts at this moment. It takes no lock
 // that Record waits for and allocates one 5 KiB array; it reads every
 // bucket of every shard. Observations recorded while it runs may or may
-// not be in it; Count always agrees with the buckets Quantile reads.
+// not be in it; Count always agrees with the buckets Quantile reads. A nil
+// *Histogram's snapshot is empty.
 func (h *Histogram) Snapshot() HistogramSnapshot {
+	if h == nil {
+		return HistogramSnapshot{}
+	}
 	ss := h.shards.Load()
 	if ss == nil {
 		return HistogramSnapshot{}
@@ -250,8 +258,12 @@ type LatencySnapshot struct {
 	Run  HistogramSnapshot // time from start to return (or panic)
 }
 
-// Snapshot returns both histograms' counts at this moment.
+// Snapshot returns both histograms' counts at this moment; a nil
+// *Latency's are empty.
 func (l *Latency) Snapshot() LatencySnapshot {
+	if l == nil {
+		return LatencySnapshot{}
+	}
 	return LatencySnapshot{Wait: l.Wait.Snapshot(), Run: l.Run.Snapshot()}
 }
 
@@ -265,8 +277,13 @@ func (s LatencySnapshot) LogValue() slog.Value {
 // as it is submitted, for example g.Go(lat.Track(f)), to time the tasks of
 // one [Group] or one key. It costs a closure and three clock reads. A panic
 // in task is timed and passed on. Track(nil) returns nil, which a Go or
-// Submit reports as [ErrNilTask].
+// Submit reports as [ErrNilTask]. On a nil *Latency, Track panics with an
+// error wrapping [ErrInvalid], rather than return a task that would fail
+// on its worker before it ran.
 func (l *Latency) Track(task func(context.Context) error) func(context.Context) error {
+	if l == nil {
+		panic(invalidf("Latency.Track on a nil *Latency"))
+	}
 	if task == nil {
 		return nil
 	}
@@ -278,8 +295,12 @@ func (l *Latency) Track(task func(context.Context) error) func(context.Context) 
 }
 
 // TrackFunc is [Latency.Track] for a func(), as [Pool.Go] takes;
-// TrackFunc(nil) returns nil.
+// TrackFunc(nil) returns nil, and TrackFunc on a nil *Latency panics as
+// Track does.
 func (l *Latency) TrackFunc(task func()) func() {
+	if l == nil {
+		panic(invalidf("Latency.TrackFunc on a nil *Latency"))
+	}
 	if task == nil {
 		return nil
 	}
