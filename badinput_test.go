@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -409,5 +410,37 @@ func TestBadInputNilLatency(t *testing.T) {
 		if !errors.Is(err, crew.ErrInvalid) || !strings.Contains(err.Error(), call) {
 			t.Errorf("%s on nil: panic %v, want an error wrapping ErrInvalid that names %s", call, err, call)
 		}
+	}
+}
+
+// WithAging(d) counts the priorities beyond ±math.MaxInt64/4/d as that
+// bound, which is 0 past about 73 years: every priority would count as 0
+// and tasks would run in submission order, whatever their priority. Such
+// a d is refused with ErrInvalid; the longest one accepted still orders
+// the priorities within its bound.
+func TestBadInputPriorityAgingTooLong(t *testing.T) {
+	leak.Check(t)
+	p := crew.New(1)
+	defer p.Stop()
+	for _, d := range []time.Duration{math.MaxInt64, math.MaxInt64/4 + 1} {
+		err, _ := newPanic(func() { crew.NewPriority(p, crew.WithAging(d)) })
+		if !errors.Is(err, crew.ErrInvalid) || !strings.Contains(err.Error(), "WithAging") {
+			t.Errorf("NewPriority(WithAging(%v)): panic %v, want an error wrapping ErrInvalid that names WithAging", d, err)
+		}
+	}
+	q := crew.NewPriority(p, crew.WithAging(math.MaxInt64/4))
+	started, release := make(chan struct{}), make(chan struct{})
+	p.Go(func() { close(started); <-release })
+	<-started
+	var order []int
+	for _, prio := range []int{-1, 0, 1} {
+		if err := q.Go(prio, func() { order = append(order, prio) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(release)
+	q.Wait()
+	if !slices.Equal(order, []int{1, 0, -1}) {
+		t.Fatalf("WithAging(MaxInt64/4) ran priorities %v, want [1 0 -1]", order)
 	}
 }
