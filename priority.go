@@ -74,6 +74,10 @@ func (a *prioItem) before(b *prioItem) bool {
 // unless [WithAging] says otherwise.
 const DefaultAging = 100 * time.Millisecond
 
+// maxAging is the longest aging: one that leaves [Priority.key] room for
+// the priorities -1, 0 and 1.
+const maxAging = time.Duration(math.MaxInt64 / 4)
+
 // A PriorityOption configures a [Priority] in [NewPriority], which reports
 // an invalid one (see [Option]).
 type PriorityOption func(*priorityConfig)
@@ -85,7 +89,9 @@ type priorityConfig struct {
 // WithAging sets how long a queued task waits to gain one level of
 // priority ([DefaultAging] if not set). d == 0 turns aging off: strict
 // priorities, under which a steady stream of high-priority tasks starves
-// the low ones. d must not be negative.
+// the low ones. d must not be negative, nor longer than math.MaxInt64/4
+// nanoseconds (about 73 years), beyond which [Priority.Go] would count
+// every priority as 0.
 func WithAging(d time.Duration) PriorityOption {
 	return func(c *priorityConfig) { c.aging = d }
 }
@@ -98,6 +104,8 @@ func NewPriority(ex Executor, opts ...PriorityOption) *Priority {
 	errs := applyOptions(&c, "crew.NewPriority", opts)
 	errs = append(errs, problem(c.aging < 0, func() error {
 		return invalidf("WithAging(%v): duration must not be negative", c.aging)
+	}), problem(c.aging > maxAging, func() error {
+		return invalidf("WithAging(%v): beyond %v every priority would count as 0 (see Priority.Go); WithAging(0) turns aging off", c.aging, maxAging)
 	}))
 	if err := errors.Join(errs...); err != nil {
 		panic(err)
