@@ -105,8 +105,9 @@ func (s *Stream) TryGo(task func(ctx context.Context) func()) bool {
 // GoContext submits task like [Stream.Go], waiting while the window is
 // full until ctx ends; it then returns ctx's error and task never runs.
 // Unlike Go, it does not run queued tasks of the stream while it waits, so
-// that it returns when ctx ends. It returns an error wrapping [ErrInvalid]
-// for a nil ctx.
+// that it returns when ctx ends; called from a task of the pool, it lends
+// that task's slot to the pool while it waits, as Go does when it cannot
+// help. It returns an error wrapping [ErrInvalid] for a nil ctx.
 func (s *Stream) GoContext(ctx context.Context, task func(ctx context.Context) func()) error {
 	if ctx == nil {
 		return invalidf("Stream.GoContext: nil context")
@@ -157,11 +158,16 @@ func (s *Stream) goAs(ctx context.Context, task func(context.Context) func(), mo
 			}
 		}
 		if !helped {
-			select {
-			case <-s.space:
-			case <-s.c.ctx.Done():
-			case <-ctxDone:
-			}
+			// Called from inside a task of a saturated pool, lend its slot
+			// meanwhile: the task that opens the window (a queued one, or
+			// one pushed after helpOne looked) may need a worker.
+			s.c.p.lendIfInside(func() {
+				select {
+				case <-s.space:
+				case <-s.c.ctx.Done():
+				case <-ctxDone:
+				}
+			})
 		}
 		s.mu.Lock()
 		s.waiters--
