@@ -126,9 +126,7 @@ func TestNakWithBackoffUntilMaxDeliverThenDeadLetter(t *testing.T) {
 	if mes := sink.messageErrors(); len(mes) != 1 || !mes[0].DeadLettered || mes[0].Sequence != 1 {
 		t.Errorf("error handler got %v, want one MessageError for the dead letter", mes)
 	}
-	if info := consumerInfo(t, cons); info.NumAckPending != 0 || info.NumPending != 0 {
-		t.Errorf("consumer still has %d pending ack, %d pending", info.NumAckPending, info.NumPending)
-	}
+	wantSettled(t, cons)
 }
 
 // A dead-letter publish that fails on the last delivery MaxDeliver allows

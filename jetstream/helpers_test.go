@@ -248,6 +248,15 @@ func consumerInfo(t testing.TB, c natsjs.Consumer) *natsjs.ConsumerInfo {
 	return info
 }
 
+// wantSettled fails t unless c has no message pending or awaiting an ack:
+// every message was acked, terminated or handed back and settled since.
+func wantSettled(t testing.TB, c natsjs.Consumer) {
+	t.Helper()
+	if info := consumerInfo(t, c); info.NumAckPending != 0 || info.NumPending != 0 {
+		t.Errorf("consumer still has %d pending ack, %d pending", info.NumAckPending, info.NumPending)
+	}
+}
+
 // idSet is a concurrency-safe multiset of item ids.
 type idSet struct {
 	mu sync.Mutex

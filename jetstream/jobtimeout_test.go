@@ -160,9 +160,7 @@ func TestStuckHandlerIsAbandonedAndItsMessageRedelivered(t *testing.T) {
 	if doneA.count(1) != 0 || doneB.count(1) != 1 {
 		t.Errorf("message 1 processed %d times by A, %d by B, want once by B", doneA.count(1), doneB.count(1))
 	}
-	if info := consumerInfo(t, cons); info.NumAckPending != 0 || info.NumPending != 0 {
-		t.Errorf("consumer still has %d pending ack, %d pending", info.NumAckPending, info.NumPending)
-	}
+	wantSettled(t, cons)
 }
 
 // TestStuckHandlerOnTheLastDeliveryIsDeadLettered: abandoned on the last
@@ -210,9 +208,7 @@ func TestStuckHandlerOnTheLastDeliveryIsDeadLettered(t *testing.T) {
 		t.Errorf("dead letter headers %v, want delivery 2 and the ErrJobStuck text", h)
 	}
 	stuck.free()
-	if info := consumerInfo(t, cons); info.NumAckPending != 0 || info.NumPending != 0 {
-		t.Errorf("consumer still has %d pending ack, %d pending", info.NumAckPending, info.NumPending)
-	}
+	wantSettled(t, cons)
 }
 
 // TestJobTimeoutCancelsAndSettlesAsUsual: a handler whose context the job

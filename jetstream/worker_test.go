@@ -160,7 +160,5 @@ func TestKilledWorkerMessagesGoToTheOther(t *testing.T) {
 			t.Errorf("message %d lost", id)
 		}
 	}
-	if info := consumerInfo(t, consB); info.NumAckPending != 0 || info.NumPending != 0 {
-		t.Errorf("consumer still has %d pending ack, %d pending", info.NumAckPending, info.NumPending)
-	}
+	wantSettled(t, consB)
 }
