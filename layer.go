@@ -475,7 +475,8 @@ var errZeroLayer = invalidf("Keyed, Priority, RateLimited, Subpool and Retrying 
 
 // LayerStats is a snapshot of a [Keyed], [Priority], [RateLimited],
 // [Subpool] or [Retrying] layer's counters. Like [Stats], its fields are read one at a time while
-// tasks run.
+// tasks run. A task may still count as Unfinished for a moment after its
+// [Task.Wait] returns; after the layer's Wait returns, it no longer does.
 type LayerStats struct {
 	Unfinished int    // tasks accepted that have neither finished nor been dropped
 	Waiting    int    // of those, tasks not yet handed to a worker
