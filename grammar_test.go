@@ -342,6 +342,7 @@ func TestOptionsReportedByTheirConstructor(t *testing.T) {
 		"NewGroup invalid":       func() { crew.NewGroup(ctx, p, crew.WithLimit(0)) },
 		"NewResultGroup invalid": func() { crew.NewResultGroup[int](ctx, p, crew.WithTaskTimeout(-1)) },
 		"NewStream invalid":      func() { crew.NewStream(ctx, p, crew.WithLimit(-2)) },
+		"NewStream WithRetry":    func() { crew.NewStream(ctx, p, crew.WithRetry(crew.Retry{Attempts: 2})) },
 		"NewKeyed nil":           func() { crew.NewKeyed[int](p, nil) },
 		"NewKeyed invalid":       func() { crew.NewKeyed[int](p, crew.WithKeyRate(crew.Rate{})) },
 		"NewKeyed limit 0":       func() { crew.NewKeyed[int](p, crew.WithKeyLimit(0)) },

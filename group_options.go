@@ -113,6 +113,7 @@ func WithRepanic() GroupOption {
 // [Permanent], is not called again. Each call gets r.Timeout's deadline,
 // within [WithTaskTimeout]'s if both are set. Cost: a timer and a map
 // entry per task while it waits; nothing for a task that succeeds.
+// [NewStream] refuses it: a Stream's tasks return no error.
 func WithRetry(r Retry) GroupOption {
 	return func(c *groupConfig) { c.retry = &r }
 }

@@ -151,6 +151,8 @@ type coreHooks struct {
 	// until, if set, ends await early: await returns once it reports true.
 	// Read and called under mu.
 	until func() bool
+	// noRetry refuses WithRetry: the tasks return no error to retry on.
+	noRetry bool
 }
 
 // coreLater is the state of a group that only Done and WithRetry need,
@@ -200,6 +202,9 @@ func (c *core[I]) init(ctx context.Context, p *Pool, opts []GroupOption, fifos *
 	}
 	if err := c.cfg.apply(opts); err != nil {
 		return err
+	}
+	if c.cfg.retry != nil && c.hooks != nil && c.hooks.noRetry {
+		return invalidf("WithRetry: a Stream's tasks return no error to call them again on")
 	}
 	c.p = p
 	// Without a limit of its own, every queued task gets its step in the

@@ -70,12 +70,14 @@ const (
 
 // NewStream returns a stream of tasks that run on p with a context derived
 // from ctx, as [NewGroup]'s is. It panics with an error wrapping
-// [ErrInvalid] if ctx is nil or an option is nil or invalid.
+// [ErrInvalid] if ctx is nil or an option is nil or invalid, and for
+// [WithRetry]: a Stream's tasks return no error to call them again on
+// (a [MapErrStream]'s do).
 func NewStream(ctx context.Context, p *Pool, opts ...GroupOption) *Stream {
 	s := new(Stream)
 	s.c.exec = s.exec
 	s.c.grow = s.grow
-	s.c.hooks = &coreHooks{lost: s.skipped, stranded: s.wakeProducer}
+	s.c.hooks = &coreHooks{lost: s.skipped, stranded: s.wakeProducer, noRetry: true}
 	s.c.mustInit(ctx, p, opts, nil)
 	s.window = s.c.cfg.limit
 	if s.window == 0 {
