@@ -335,6 +335,14 @@ func TestKeyedConsumerRetriesBeforeTheKeysNextJob(t *testing.T) {
 	const keys, perKey = 4, 7
 	enqueueKeyed(t, q, keys, perKey)
 	waitFor(t, testTimeout, "every job", func() bool { return log.doneCount() == keys*perKey })
+	// A job counts as done inside its handler; the consumer counts its
+	// message after the handler returns and the message is settled. Once
+	// every job is acked and nothing is held, every count is in: a message
+	// is counted before it stops being held.
+	waitFor(t, testTimeout, "every message settled", func() bool {
+		s := kc.Stats()
+		return s.Acked >= keys*perKey && s.InFlight == 0
+	})
 	if s := kc.Stats(); s.Nacked != keys*3 || s.Acked != keys*perKey {
 		t.Errorf("Stats = %+v, want %d nacked and %d acked", s, keys*3, keys*perKey)
 	}
