@@ -111,7 +111,11 @@ func TestStuckHandlerIsAbandonedAndItsMessageRedelivered(t *testing.T) {
 	stopA := runConsumer(t, a)
 	<-stuck.started
 	start := time.Now()
-	waitFor(t, 10*time.Second, "the stuck handler abandoned", func() bool { return a.Stats().Abandoned == 1 })
+	// An abandoned handler counts in Abandoned first; its message is then
+	// handed back and counted, and the error handler called, last.
+	waitFor(t, 10*time.Second, "the stuck handler abandoned and reported", func() bool {
+		return a.Stats().Abandoned == 1 && len(stuckErrors(sink)) > 0
+	})
 	if d := time.Since(start); d < timeout {
 		t.Errorf("abandoned %v after the handler started, before the job timeout %v and its grace", d, timeout)
 	}
