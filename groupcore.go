@@ -20,23 +20,29 @@ import (
 // on the pool, cancellation, error collection and Wait.
 //
 // A group never hands a task to the pool directly. Go appends the task to the
-// group's queue (a chunked FIFO under the group's mutex) and submits a step,
-// c.step, to the pool through the group's stepper (see layer.go): a func
-// value made once per group, so the pool's Go path allocates nothing per
-// task. A step takes the first task of the queue,
-// not necessarily the one whose Go submitted it; tasks are interchangeable
-// because each carries its own sequence number. Steps are counted (pending:
-// submitted, not started; running: running a task), and Go submits one only
-// when the queued tasks outnumber the pending steps and the group's limit
-// leaves room, so a limited group keeps at most limit tasks running and its
-// other tasks wait in its own queue, not in the pool's and not on a worker.
-// When a task finishes and tasks wait for a slot, the step that ran it
-// submits a new step (without waiting, which never blocks a worker) or, if
-// the pool cannot take one, runs the next task itself. Steps that a full
-// bounded queue refuses are owed: the stepper's goroutine waits for room to
-// submit them. Every queued task within the limit gets its step, as a task
-// left for the group's running tasks could wait for ever behind one that
-// waits for it (a producer and its consumer).
+// group's queue (a chunked FIFO under the group's mutex) and makes sure a
+// step, c.step, is on its way to the pool through the group's stepper (see
+// layer.go): a func value made once per group, so the pool's Go path
+// allocates nothing per task. A step takes the first task of the queue;
+// tasks are interchangeable because each carries its own sequence number.
+// Steps are counted (pending: submitted, not started; running: running a
+// task), and the group keeps one step pending (stepsAhead) while tasks are
+// queued and its limit leaves room: Go submits it when none is pending, and
+// a step that takes a task while others are queued submits the next before
+// it runs its own. The steps thus fan out across the pool's workers one
+// hand-off at a time, as fast as the workers take them, rather than as a
+// burst of one step per task, which would make the pool start a worker for
+// each step that waits for the group's mutex. A limited group keeps at most
+// limit tasks running, and its other tasks wait in its own queue, not in
+// the pool's and not on a worker. When a task finishes and tasks wait for
+// a slot, the step that ran it submits a new step (without waiting, which
+// never blocks a worker) or, if the pool cannot take one, runs the next
+// task itself. Steps that a full bounded queue refuses are owed: the
+// stepper's goroutine waits for room to submit them. While tasks wait
+// within the limit a step is always pending, owed or running a task that
+// will submit the next, as a task left for the group's running tasks could
+// wait for ever behind one that waits for it (a producer and its
+// consumer).
 //
 // Wait helps, in a slot of the pool's: it runs the group's queued tasks on
 // the waiting goroutine while the group's limit allows, from outside the
@@ -403,10 +409,10 @@ func (c *core[I]) pushN(n int) error {
 	return nil
 }
 
-// needSteps reserves the steps to submit so that every queued task has one,
-// within the limit. Called under mu.
+// needSteps reserves the steps to submit so that stepsAhead are pending
+// while tasks are queued, within the limit. Called under mu.
 func (c *core[I]) needSteps() int {
-	n := c.q.Len() - c.pending
+	n := min(c.q.Len(), stepsAhead) - c.pending
 	if room := c.limit - c.running - c.pending; room < n {
 		n = room
 	}
@@ -419,8 +425,8 @@ func (c *core[I]) needSteps() int {
 
 // submit hands n reserved steps to the pool without ever blocking, and
 // reports whether the pool took them all. When its queue is full, the steps
-// it refused are owed (see stepper): every queued task within the limit
-// must get a step, since a task left to the group's running tasks or to
+// it refused are owed (see stepper): queued tasks within the limit must
+// get their steps, since a task left to the group's running tasks or to
 // Wait may wait for them for ever (a producer and its consumer in one
 // group, the producer running). A step that calls submit with keep
 // keeps one of them: it runs the next task itself. When the pool has
@@ -497,15 +503,19 @@ func (c *core[I]) signal() {
 }
 
 // runStep is what the pool runs for the group: it takes the first queued
-// task if the limit allows, and keeps going if the pool took no follow-up
-// step.
+// task if the limit allows, submits the next step if tasks are left, and
+// keeps going if the pool took no follow-up step.
 func (c *core[I]) runStep() {
 	c.mu.Lock()
 	c.pending--
 	for c.q.Len() > 0 && c.running < c.limit {
 		e := c.q.Take()
 		c.running++
+		n := c.needSteps() // the next step, for the tasks behind this one
 		c.mu.Unlock()
+		if n > 0 {
+			c.submit(n, false)
+		}
 		if !c.runItem(e, true) {
 			return
 		}
@@ -513,6 +523,10 @@ func (c *core[I]) runStep() {
 	}
 	c.mu.Unlock()
 }
+
+// stepsAhead is how many steps a group keeps pending while tasks are
+// queued within its limit: each step that starts a task submits the next.
+const stepsAhead = 1
 
 // mayHelp reports whether the calling goroutine may run the group's queued
 // tasks in its own slot: it is one of the pool's workers, a task waiting
