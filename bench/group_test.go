@@ -28,8 +28,9 @@ func groupTask(context.Context) error {
 // make the group, Go every task, Wait. crew's pool is made once, outside
 // the timer, since reusing warm workers across groups is the point of
 // running groups on a pool (crew-newpool makes and stops it inside the
-// loop). errgroup runs a goroutine per task under SetLimit; conc's
-// ContextPool, limited and cancelled on the first error like errgroup's
+// loop; crew-go runs the same tasks with the pool's plain Go and Wait,
+// the cost a group task is measured against). errgroup runs a goroutine
+// per task under SetLimit; conc's ContextPool, limited and cancelled on the first error like errgroup's
 // WithContext, hands each task to a goroutine over a channel. Names:
 // BenchmarkGroup/<subject>; ns/op and allocs/op are per group of 100,000
 // tasks.
@@ -48,6 +49,18 @@ func BenchmarkGroup(b *testing.B) {
 		}
 		// The workers the pool started for the group's steps.
 		b.ReportMetric(float64(p.Stats().Workers), "workers")
+	})
+	b.Run("crew-go", func(b *testing.B) {
+		p := crew.New(groupLimit)
+		defer p.Stop()
+		task := func() { _ = groupTask(ctx) }
+		b.ReportAllocs()
+		for b.Loop() {
+			for range groupTasks {
+				p.Go(task)
+			}
+			p.Wait()
+		}
 	})
 	b.Run("crew-newpool", func(b *testing.B) {
 		b.ReportAllocs()
