@@ -15,7 +15,7 @@ import (
 // Shutdown return only once they have.
 //
 // The vocabulary: a pool is over once it has ended (over reads it without
-// a lock); done is the context cancelled when it ends, which holders link
+// a lock); done is the context that close cancels, which holders link
 // to; a holder holds the end while it has tasks to drop, and releases it
 // once they are dropped; close ends the pool and settle waits for every
 // hold to be released.
@@ -24,6 +24,7 @@ type end struct {
 	holds  atomic.Int64
 
 	mu     sync.Mutex
+	closed bool            // close has run: done is cancelled
 	ctx    context.Context // made by the first done, cancelled by close
 	cancel context.CancelFunc
 
@@ -46,6 +47,7 @@ func (d *end) mark() {
 func (d *end) close() {
 	d.mu.Lock()
 	d.isOver.Store(true)
+	d.closed = true
 	if d.cancel != nil {
 		d.cancel()
 	}
@@ -57,13 +59,15 @@ func (d *end) settle() {
 	d.released.Wait(nil, func() bool { return d.holds.Load() == 0 })
 }
 
-// done returns a context cancelled once the pool has ended.
+// done returns a context cancelled by close: a mark alone leaves it be,
+// since a worker may still start a queued task until the drain that
+// follows it. A first done after close returns it cancelled.
 func (d *end) done() context.Context {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.ctx == nil {
 		d.ctx, d.cancel = context.WithCancel(context.Background())
-		if d.isOver.Load() {
+		if d.closed {
 			d.cancel()
 		}
 	}
