@@ -65,6 +65,8 @@ type Batcher[T any] struct {
 	drained  chan struct{} // made by Close, closed when the last flusher and hand-over end
 	closeErr error         // first failure of a batch finished after Close began
 	stats    Stats
+
+	giveUpHook func() // tests only: run by Close when ctx has ended, before it gives up
 }
 
 // A dropState says where the item DropOldest dropped last is on its way

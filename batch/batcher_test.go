@@ -1541,3 +1541,56 @@ func TestDropHandOverDoesNotHoldBackTheFlushOfTheBatchSealed(t *testing.T) {
 	letGo()
 	closeWithin(t, b, "after the drop")
 }
+
+// Close reports the outcome of its batches, not ctx.Err(), when ctx has
+// ended but every batch has finished by the time Close would give up: it
+// gives up on nothing then.
+func TestCloseReportsTheOutcomeWhenTheDrainEndsAsCtxEnds(t *testing.T) {
+	leak.Check(t)
+	for _, tc := range []struct {
+		name   string
+		result error // of the flush
+	}{{"flushed", nil}, {"failed", errBoom}} {
+		t.Run(tc.name, func(t *testing.T) {
+			leak.Check(t)
+			started, release := make(chan struct{}), make(chan struct{})
+			flush := func(context.Context, []int) error {
+				close(started)
+				<-release
+				return tc.result
+			}
+			h, handedCh := handler[int]()
+			b := New(flush, WithMaxItems(1), WithMaxWait(time.Hour), WithErrorHandler(h))
+			if err := b.Add(context.Background(), 1); err != nil { // sealed and flushed at once
+				t.Fatal(err)
+			}
+			receive(t, started)
+			// Close finds its ctx ended and the flush under way; before it
+			// gives up, the flush ends and the drain completes.
+			b.giveUpHook = func() {
+				close(release)
+				receive(t, b.drained)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			err := b.Close(ctx)
+			switch {
+			case tc.result == nil && err != nil:
+				t.Fatalf("Close = %v, want nil: the batch was flushed", err)
+			case tc.result != nil && (!errors.Is(err, errBoom) || errors.Is(err, context.Canceled)):
+				t.Fatalf("Close = %v, want the flush error, not ctx's", err)
+			}
+			if tc.result != nil {
+				if got := receive(t, handedCh); !slices.Equal(got.items, []int{1}) || !errors.Is(got.err, errBoom) {
+					t.Fatalf("handed %v, %v; want [1], errBoom", got.items, got.err)
+				}
+			}
+			if len(handedCh) != 0 {
+				t.Fatalf("error handler called again: %v", <-handedCh)
+			}
+			if s := b.Stats(); s.Pending != 0 || s.InFlight != 0 {
+				t.Fatalf("stats %+v", s)
+			}
+		})
+	}
+}

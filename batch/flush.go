@@ -340,6 +340,9 @@ func (b *Batcher[T]) wakeWaitersLocked() {
 // abort is Close giving up when ctx ends: the running flushes are
 // canceled and the batches no flusher took yet go to the error handler.
 func (b *Batcher[T]) abort(ctx context.Context) error {
+	if b.giveUpHook != nil {
+		b.giveUpHook()
+	}
 	b.mu.Lock()
 	left := slices.Clone(b.ready[b.head:])
 	clear(b.ready)
