@@ -367,7 +367,10 @@ func (b *Batcher[T]) Flush(ctx context.Context) error {
 // flushes (which then skip their remaining retries and go to the error
 // handler), hands the batches not yet started to the error handler with an
 // error wrapping ErrClosed and ctx.Err(), and returns ctx.Err() without
-// waiting for the running flush calls to return. (With WithPool, the seal
+// waiting for the running flush calls to return. Close returns ctx.Err()
+// only when it gave up on a batch or a hand-over: one whose batches have
+// all finished by the time it would give up returns their outcome, as
+// above, even though ctx has ended. (With WithPool, the seal
 // of the last batch may first wait for room in the pool's queue, whatever
 // ctx: see WithPool.)
 func (b *Batcher[T]) Close(ctx context.Context) error {
@@ -407,7 +410,9 @@ func (b *Batcher[T]) Close(ctx context.Context) error {
 		select {
 		case <-drained:
 		case <-ctx.Done():
-			return b.abort(ctx)
+			if b.abort(ctx) {
+				return ctx.Err()
+			}
 		}
 	}
 	b.cancel()

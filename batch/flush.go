@@ -339,11 +339,20 @@ func (b *Batcher[T]) wakeWaitersLocked() {
 
 // abort is Close giving up when ctx ends: the running flushes are
 // canceled and the batches no flusher took yet go to the error handler.
-func (b *Batcher[T]) abort(ctx context.Context) error {
+// It reports false, giving up on nothing, if the drain has completed
+// meanwhile (or completed as ctx ended, select picking ctx.Done): every
+// batch is finished, and Close reports their outcome.
+func (b *Batcher[T]) abort(ctx context.Context) (gaveUp bool) {
 	if b.giveUpHook != nil {
 		b.giveUpHook()
 	}
 	b.mu.Lock()
+	select {
+	case <-b.drained:
+		b.mu.Unlock()
+		return false
+	default:
+	}
 	left := slices.Clone(b.ready[b.head:])
 	clear(b.ready)
 	b.ready, b.head = b.ready[:0], 0
@@ -360,7 +369,7 @@ func (b *Batcher[T]) abort(ctx context.Context) error {
 		defer func() { go b.pool.Stop() }() // even if a handler calls Goexit
 	}
 	b.abandon(left, fmt.Errorf("%w before the flush: %w", ErrClosed, ctx.Err()))
-	return ctx.Err()
+	return true
 }
 
 // abandon hands each batch in left to the error handler with err and
