@@ -14,21 +14,28 @@ type Stats struct {
 	// Rejected counts the items refused because the pending bound was
 	// reached: Add returning ErrFull, or TryAdd returning false.
 	Rejected uint64
-	// Dropped counts the items discarded by DropOldest.
+	// Dropped counts the items discarded by DropOldest, from when they are
+	// dropped, before the error handler gets them.
 	Dropped uint64
 	// Batches counts the batches flushed successfully, and Flushed the
 	// items in them.
 	Batches, Flushed uint64
 	// FailedBatches counts the batches handed to the error handler after
 	// their last attempt failed (or because Close gave up), and Failed the
-	// items in them.
+	// items in them, each once the handler has returned for it.
 	FailedBatches, Failed uint64
-	// Retries counts the flush calls made again after a failure.
+	// Retries counts the flush calls made again after a failure, for the
+	// batches finished.
 	Retries uint64
-	// Pending is the number of items accepted and not yet flushed, handed
-	// to the error handler or dropped.
+	// Pending is the number of items accepted and not yet finished: not
+	// yet flushed, dropped, or handed to the error handler (until the
+	// handler returns for them). In every snapshot, Added = Flushed +
+	// Failed + Dropped + Pending.
 	Pending int
-	// InFlight is the number of batches being flushed or waiting for a retry.
+	// InFlight is the number of batches taken for flushing and not yet
+	// finished: being flushed, waiting for a retry, or being handed to the
+	// error handler after their last attempt failed (or because Close gave
+	// up), until the handler returns for them.
 	InFlight int
 	// Latency describes the duration of every flush call, retries included.
 	Latency Latency

@@ -1,7 +1,10 @@
 package batch
 
 import (
+	"context"
+	"errors"
 	"math"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -61,5 +64,45 @@ func TestLatency(t *testing.T) {
 	l.observe(1000 * time.Hour)
 	if got := l.Quantile(1); got != 1000*time.Hour {
 		t.Fatalf("Quantile(1) = %v", got)
+	}
+}
+
+// A failed batch counts in Stats.InFlight, and its items in Pending, until
+// the error handler has returned for it; then in FailedBatches and Failed.
+// Every snapshot adds up: Added = Flushed + Failed + Dropped + Pending.
+func TestStatsCountAFailedBatchInFlightUntilTheHandlerReturns(t *testing.T) {
+	leak.Check(t)
+	inHandler, release := make(chan struct{}), make(chan struct{})
+	var calls atomic.Int32
+	h := func(context.Context, []int, error) {
+		if calls.Add(1) == 1 { // hold the first batch's hand-over
+			close(inHandler)
+			<-release
+		}
+	}
+	b := New(func(context.Context, []int) error { return errBoom },
+		WithMaxItems(2), WithMaxWait(time.Hour), WithErrorHandler(h))
+	ctx := context.Background()
+	for i := range 3 { // the third stays in the open batch
+		if err := b.Add(ctx, i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	receive(t, inHandler)
+	adds := func(s Stats) bool { return s.Added == s.Flushed+s.Failed+s.Dropped+uint64(s.Pending) }
+	if s := b.Stats(); s.InFlight != 1 || s.Pending != 3 || s.FailedBatches != 0 || s.Failed != 0 || !adds(s) {
+		t.Errorf("while the handler has the batch: stats %+v, want InFlight 1, Pending 3, nothing Failed", s)
+	}
+	flushed := make(chan error, 1)
+	go func() { flushed <- b.Flush(ctx) }()
+	close(release)
+	if err := receive(t, flushed); !errors.Is(err, errBoom) {
+		t.Fatalf("Flush = %v, want an error wrapping errBoom", err)
+	}
+	if s := b.Stats(); s.InFlight != 0 || s.Pending != 0 || s.FailedBatches != 2 || s.Failed != 3 || !adds(s) {
+		t.Errorf("after Flush: stats %+v, want InFlight 0, Pending 0, 2 batches of 3 items Failed", s)
+	}
+	if err := b.Close(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
