@@ -303,8 +303,9 @@ func (b *Batcher[T]) acceptLocked(item T, size int, handOver bool) {
 // the error handler by then; a batch that had failed before the call was
 // reported to the handler, not here), ctx.Err() if ctx ends first (the
 // flushes go on), and [ErrClosed] once [Batcher.Close] has been called.
-// Items that [DropOldest] discarded went to the error handler when they
-// were dropped; they are not flush errors. Flush returns an error wrapping
+// Items that [DropOldest] discarded are in no batch and are not flush
+// errors: they go to the error handler as DropOldest says, and Flush does
+// not wait for that (Close does). Flush returns an error wrapping
 // [crew.ErrInvalid], doing nothing, for a nil ctx and on a Batcher not
 // made by [New]. With [WithPool], sealing may first wait for room in the
 // pool's queue, whatever ctx (see WithPool).

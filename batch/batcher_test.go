@@ -1594,3 +1594,38 @@ func TestCloseReportsTheOutcomeWhenTheDrainEndsAsCtxEnds(t *testing.T) {
 		})
 	}
 }
+
+// Flush waits for batches, not for the hand-over of an item DropOldest
+// dropped: it returns while the error handler still has that item.
+func TestFlushDoesNotWaitForADropHandOver(t *testing.T) {
+	leak.Check(t)
+	inHandler, release := make(chan struct{}), make(chan struct{})
+	h := func(_ context.Context, items []int, err error) {
+		if errors.Is(err, ErrDropped) {
+			close(inHandler)
+			<-release
+		}
+	}
+	flushed := make(chan []int, 1)
+	b := New(func(_ context.Context, items []int) error { flushed <- slices.Clone(items); return nil },
+		WithMaxItems(10), WithMaxWait(time.Hour), WithMaxPending(1, DropOldest), WithErrorHandler(h))
+	ctx := context.Background()
+	b.Add(ctx, 1)
+	added := make(chan error, 1)
+	go func() { added <- b.Add(ctx, 2) }() // drops 1 and hands it over
+	receive(t, inHandler)
+	if err := b.Flush(ctx); err != nil {
+		t.Fatalf("Flush = %v", err)
+	}
+	if got := receive(t, flushed); !slices.Equal(got, []int{2}) {
+		t.Fatalf("Flush flushed %v, want [2]", got)
+	}
+	if s := b.Stats(); s.Dropped != 1 || s.Pending != 0 || s.Flushed != 1 {
+		t.Errorf("stats %+v", s)
+	}
+	close(release)
+	if err := receive(t, added); err != nil {
+		t.Fatal(err)
+	}
+	closeWithin(t, b, "after the hand-over")
+}
