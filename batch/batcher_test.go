@@ -1009,10 +1009,13 @@ func panicNilFlushChild(t *testing.T) {
 	}
 }
 
-// Close waits for the error handler's calls with the items DropOldest
-// dropped, as for those of failed flushes.
-func TestCloseWaitsForDropHandOvers(t *testing.T) {
-	leak.Check(t)
+// dropHandOverUnderWay returns a Batcher (flushing into flushed, batches of
+// up to 10 items, DropOldest at 1 pending item) whose open batch holds 2
+// while the error handler holds 1, which an Add dropped for 2: the handler
+// returns when release is closed, and then the Add sends its result on
+// added.
+func dropHandOverUnderWay(t *testing.T) (b *Batcher[int], flushed chan []int, release chan struct{}, added chan error) {
+	t.Helper()
 	inHandler, release := make(chan struct{}), make(chan struct{})
 	h := func(_ context.Context, items []int, err error) {
 		if errors.Is(err, ErrDropped) {
@@ -1020,14 +1023,23 @@ func TestCloseWaitsForDropHandOvers(t *testing.T) {
 			<-release
 		}
 	}
-	flushed := make(chan []int, 1)
-	b := New(func(_ context.Context, items []int) error { flushed <- slices.Clone(items); return nil },
+	flushed = make(chan []int, 1)
+	b = New(func(_ context.Context, items []int) error { flushed <- slices.Clone(items); return nil },
 		WithMaxItems(10), WithMaxWait(time.Hour), WithMaxPending(1, DropOldest), WithErrorHandler(h))
 	ctx := context.Background()
 	b.Add(ctx, 1)
-	added := make(chan error, 1)
+	added = make(chan error, 1)
 	go func() { added <- b.Add(ctx, 2) }() // drops 1 and hands it over
 	receive(t, inHandler)
+	return b, flushed, release, added
+}
+
+// Close waits for the error handler's calls with the items DropOldest
+// dropped, as for those of failed flushes.
+func TestCloseWaitsForDropHandOvers(t *testing.T) {
+	leak.Check(t)
+	b, flushed, release, added := dropHandOverUnderWay(t)
+	ctx := context.Background()
 	closed := make(chan error, 1)
 	go func() { closed <- b.Close(ctx) }()
 	if got := receive(t, flushed); !slices.Equal(got, []int{2}) {
@@ -1599,21 +1611,8 @@ func TestCloseReportsTheOutcomeWhenTheDrainEndsAsCtxEnds(t *testing.T) {
 // dropped: it returns while the error handler still has that item.
 func TestFlushDoesNotWaitForADropHandOver(t *testing.T) {
 	leak.Check(t)
-	inHandler, release := make(chan struct{}), make(chan struct{})
-	h := func(_ context.Context, items []int, err error) {
-		if errors.Is(err, ErrDropped) {
-			close(inHandler)
-			<-release
-		}
-	}
-	flushed := make(chan []int, 1)
-	b := New(func(_ context.Context, items []int) error { flushed <- slices.Clone(items); return nil },
-		WithMaxItems(10), WithMaxWait(time.Hour), WithMaxPending(1, DropOldest), WithErrorHandler(h))
+	b, flushed, release, added := dropHandOverUnderWay(t)
 	ctx := context.Background()
-	b.Add(ctx, 1)
-	added := make(chan error, 1)
-	go func() { added <- b.Add(ctx, 2) }() // drops 1 and hands it over
-	receive(t, inHandler)
 	if err := b.Flush(ctx); err != nil {
 		t.Fatalf("Flush = %v", err)
 	}
