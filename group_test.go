@@ -727,17 +727,11 @@ func TestGroupShutdownDropsWhatADrainingStepLeaves(t *testing.T) {
 // them all finish.
 func fullQueue(t *testing.T, workers int) (*crew.Pool, func()) {
 	t.Helper()
-	p := crew.New(workers, crew.WithQueueSize(1))
-	release := make(chan struct{})
-	for range workers {
-		started := make(chan struct{})
-		p.Go(func() { close(started); <-release })
-		recv(t, started, "a task holding a worker")
-	}
+	p, release := holdWorkers(t, workers, crew.WithQueueSize(1))
 	if err := p.Go(func() {}); err != nil {
 		t.Fatal(err)
 	}
-	return p, sync.OnceFunc(func() { close(release) })
+	return p, release
 }
 
 // A task accepted while the pool's queue is full starts once the queue has
