@@ -42,7 +42,10 @@ import (
 // within the limit a step is always pending, owed or running a task that
 // will submit the next, as a task left for the group's running tasks could
 // wait for ever behind one that waits for it (a producer and its
-// consumer).
+// consumer). As Stop or Shutdown begins, before the pool closes and takes
+// no more steps, every group submits a step for each of its queued tasks
+// within its limit (poolStopping), so that the pool runs them side by
+// side as it runs the rest of its queue.
 //
 // Wait helps, in a slot of the pool's: it runs the group's queued tasks on
 // the waiting goroutine while the group's limit allows, from outside the
@@ -410,9 +413,14 @@ func (c *core[I]) pushN(n int) error {
 }
 
 // needSteps reserves the steps to submit so that stepsAhead are pending
-// while tasks are queued, within the limit. Called under mu.
+// while tasks are queued, within the limit; once the pool is stopping, so
+// that every queued task has one (see poolStopping). Called under mu.
 func (c *core[I]) needSteps() int {
-	n := min(c.q.Len(), stepsAhead) - c.pending
+	ahead := stepsAhead
+	if c.p.stopping() {
+		ahead = c.q.Len()
+	}
+	n := min(c.q.Len(), ahead) - c.pending
 	if room := c.limit - c.running - c.pending; room < n {
 		n = room
 	}
@@ -522,6 +530,21 @@ func (c *core[I]) runStep() {
 		c.mu.Lock()
 	}
 	c.mu.Unlock()
+}
+
+// poolStopping submits a step for each queued task within the limit: the
+// pool is about to close (Stop, Shutdown), after which it takes no step,
+// and it runs only what it queued before. A task left behind the one
+// pending step would then wait for a running task of the group to take
+// it on as it finishes, one after another, or for ever if the running
+// tasks wait for it.
+func (c *core[I]) poolStopping() {
+	c.mu.Lock()
+	n := c.needSteps()
+	c.mu.Unlock()
+	if n > 0 {
+		c.submit(n, false)
+	}
 }
 
 // stepsAhead is how many steps a group keeps pending while tasks are

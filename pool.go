@@ -319,6 +319,10 @@ func (p *Pool) notePanic() { p.c.panicked.Add(1) }
 // refuses reports why p takes no new work, or nil when it does.
 func (p *Pool) refuses() error { return p.core().refuses() }
 
+// stopping reports whether Stop or Shutdown has begun on p (see
+// poolCore.stopGroups).
+func (p *Pool) stopping() bool { c := p.core(); return c.usable() && c.stopping.Load() }
+
 // over reports whether p has ended: it will start nothing more of what it
 // queued (see end).
 func (p *Pool) over() bool { return p.c.end.over() }

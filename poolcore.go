@@ -49,6 +49,10 @@ type poolCore[E any] struct {
 	end end
 	// groups are the groups on the pool that its context's end cancels.
 	groups watchers
+	// stopping is set as Stop or Shutdown begins, before the engine
+	// closes: from then on a group gives each of its queued tasks a step
+	// of its own (see core.needSteps).
+	stopping atomic.Bool
 	// exited, if set, runs after the engine's workers have exited and
 	// before the end: a function pool with state waits for the states to
 	// be closed.
@@ -233,6 +237,7 @@ func (c *poolCore[E]) stop() {
 		return
 	}
 	began := clock.Now()
+	c.stopGroups()
 	c.e.Close()
 	c.e.Resume()
 	if c.e.Wait(nil) != nil || c.e.InCallback() {
@@ -246,6 +251,18 @@ func (c *poolCore[E]) stop() {
 	}
 }
 
+// stopGroups readies the groups on the pool for Stop and Shutdown, which
+// run what was queued before they began but take no more steps once the
+// engine closes: each group submits now a step for each of its queued
+// tasks within its limit, as it will for tasks that come before the
+// close, so that they run side by side as the workers free up rather than
+// one after another on the worker of the group's one pending step (a task
+// that waits for a later task of its group would wait for ever).
+func (c *poolCore[E]) stopGroups() {
+	c.stopping.Store(true)
+	c.groups.stopping()
+}
+
 // shutdown is Shutdown: stop with a deadline. When ctx ends first, it ends
 // the pool, drops the queued tasks (the engine's and, with listed, the
 // ones the pool tracks), cancels the pool's context so that the running
@@ -255,6 +272,7 @@ func (c *poolCore[E]) shutdown(ctx context.Context) error {
 		return errZeroPool
 	}
 	began := clock.Now()
+	c.stopGroups()
 	c.e.Close()
 	var err error
 	if c.e.Paused() && !c.e.InWorker() {

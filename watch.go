@@ -2,6 +2,7 @@ package crew
 
 import (
 	"context"
+	"slices"
 	"sync"
 )
 
@@ -25,6 +26,10 @@ type watcher interface {
 	// watchSlot returns where the watcher keeps its index in the list, -1
 	// when not in it; read and written under the watchers' lock.
 	watchSlot() *int
+	// poolStopping submits the group's steps for all its queued tasks
+	// before the pool stops taking steps; it is called without the
+	// watchers' lock.
+	poolStopping()
 }
 
 // add puts g in the list, to be cancelled when ctx, the pool's context,
@@ -63,6 +68,17 @@ func (ws *watchers) remove(g watcher) {
 	}
 	ws.list[last] = nil
 	ws.list = ws.list[:last]
+}
+
+// stopping tells every group in the list that the pool is about to stop
+// taking steps (see core.poolStopping).
+func (ws *watchers) stopping() {
+	ws.mu.Lock()
+	list := slices.Clone(ws.list)
+	ws.mu.Unlock()
+	for _, g := range list {
+		g.poolStopping()
+	}
 }
 
 // end cancels every group in the list, once the pool's context has ended.

@@ -17,6 +17,7 @@ type fakeWatcher struct {
 
 func (f *fakeWatcher) poolEnded()      { f.ended.Add(1) }
 func (f *fakeWatcher) watchSlot() *int { return &f.slot }
+func (f *fakeWatcher) poolStopping()   {}
 
 // checkSlots fails t unless every watcher in ws's list knows its index.
 func checkSlots(t *testing.T, ws *watchers) {
