@@ -30,6 +30,13 @@ import (
 // nil Group return an error wrapping [ErrInvalid] (and Context a nil
 // context). Wait must be called once the tasks are submitted: it releases
 // the group's context.
+//
+// Tasks that block until other tasks run (a producer and its consumer)
+// need room to run at once: a group hands its queued tasks to the pool as
+// its earlier tasks start, so a task waiting for a later task of its group
+// waits for ever if every worker of the pool is held by such waiting tasks:
+// give the pool a limit that lets the tasks that wait for each other run
+// at once.
 type Group struct {
 	c core[func(context.Context) error]
 }
@@ -121,9 +128,10 @@ func (g *Group) SetLimit(n int) error { return g.core().setLimit(n) }
 // outside the pool, a slot it borrows while the pool is not paused and has
 // fewer live workers than its limit or a parked worker to lend one; from
 // inside one of the pool's own tasks, that task's own, so a group waited
-// on inside a task of the same pool cannot deadlock for want of workers. Either way the pool never runs more tasks at once
-// than its limit. Such a task runs as if called by Wait: if it calls
-// [runtime.Goexit] (t.FailNow, say), the goroutine that called Wait exits. A
+// on inside a task of the same pool cannot deadlock for want of workers.
+// Either way the pool never runs more tasks at once than its limit. Such
+// a task runs as if called by Wait: if it calls [runtime.Goexit]
+// (t.FailNow, say), the goroutine that called Wait exits. A
 // task must not call Wait on its own group: it would wait for itself.
 //
 // When Wait returns, the group's context is cancelled and later Go calls
