@@ -271,3 +271,60 @@ func TestPublisherAddWithoutInjectorDoesNotAllocate(t *testing.T) {
 		t.Fatalf("Close: %v", err)
 	}
 }
+
+// TestPublisherDuplicateIDKeepsHeadersOfAnAcceptedAdd: two Adds of items
+// with one message id call the injector; the first, which set the headers
+// the Publisher keeps for the id, is refused by the full batcher after
+// the second was accepted. The message of the accepted item carries the
+// headers set by its own Add.
+func TestPublisherDuplicateIDKeepsHeadersOfAnAcceptedAdd(t *testing.T) {
+	checkLeaks(t)
+	ts := startServer(t)
+	_, js := ts.connect(t)
+	st := createStream(t, js, "JOBS", "jobs.>")
+	ctx := testCtx(t)
+	sizing, release := make(chan struct{}), make(chan struct{})
+	p := NewPublisher(js, "jobs.new", itemID, WithHeaderInjector(requestInjector), WithBatch(
+		batch.WithMaxItems(10),
+		batch.WithMaxWait(time.Hour), // flushed by Close only
+		batch.WithMaxPending(1, batch.Fail),
+		// Holds the first Add after it called the injector, before the
+		// batcher decides on its item.
+		batch.WithMaxBytes(1<<20, func(it item) int {
+			if it.Body == "refused" {
+				close(sizing)
+				<-release
+			}
+			return 1
+		}),
+	))
+	refused := make(chan error, 1)
+	go func() {
+		refused <- p.Add(context.WithValue(ctx, requestKey{}, "r-refused"), item{ID: 1, Body: "refused"})
+	}()
+	<-sizing
+	if err := p.Add(context.WithValue(ctx, requestKey{}, "r-accepted"), item{ID: 1, Body: "accepted"}); err != nil {
+		t.Fatalf("Add of the second item: %v", err)
+	}
+	close(release)
+	if err := <-refused; !errors.Is(err, batch.ErrFull) {
+		t.Fatalf("Add of the first item returned %v, want ErrFull", err)
+	}
+	if err := p.Close(ctx); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	raw, err := st.GetMsg(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got item
+	if err := (JSON{}).Unmarshal(raw.Data, &got); err != nil {
+		t.Fatal(err)
+	}
+	if req := raw.Header.Get("Request-Id"); got.Body != "accepted" || req != "r-accepted" {
+		t.Errorf("stored item %+v with Request-Id %q, want the accepted item with r-accepted", got, req)
+	}
+	if left := p.headers.size(); left != 0 {
+		t.Errorf("the Publisher keeps the headers of %d messages after storing them all", left)
+	}
+}
