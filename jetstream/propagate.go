@@ -2,6 +2,7 @@ package jetstream
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 
@@ -100,50 +101,76 @@ const minHeaderGeneration = 1024
 // A headerStore holds the headers that a [Publisher]'s injector set for
 // the items Add queued, by message id, until the messages are stored: the
 // batcher holds items of the caller's type, which have no room for them,
-// and the id is what the Publisher knows an item's message by. The
-// headers of items that are never stored (dropped by the batcher, or
-// whose flush failed for good) cannot be told apart from the others;
-// they are let go in a later generation: the store keeps two, and once
-// the newer holds twice as many headers as the batcher has items pending
-// (and at least minHeaderGeneration), it lets the older go and starts a
-// new one. A flush that finds headers in the older generation moves them
-// to the newer, so a retried batch keeps its own.
+// and the id is what the Publisher knows an item's message by. It keeps
+// the headers of each Add of an id, oldest first, and a flush publishes
+// the oldest: an Add that the batcher refuses takes back its own, and
+// leaves those of the other Adds of the id. The headers of items that are
+// never stored (dropped by the batcher, or whose flush failed for good)
+// cannot be told apart from the others; they are let go in a later
+// generation: the store keeps two, and once the newer holds twice as many
+// ids as the batcher has items pending (and at least
+// minHeaderGeneration), it lets the older go and starts a new one. A
+// flush that finds headers in the older generation moves them to the
+// newer, so a retried batch keeps its own.
 type headerStore struct {
 	mu       sync.Mutex
-	cur, old map[string]nats.Header
+	cur, old map[string][]*nats.Header
 	rotateAt int
 	pending  func() int // the items the batcher holds: accepted, not finished
 }
 
 func newHeaderStore(pending func() int) *headerStore {
-	return &headerStore{cur: map[string]nats.Header{}, old: map[string]nats.Header{}, rotateAt: minHeaderGeneration, pending: pending}
+	return &headerStore{cur: map[string][]*nats.Header{}, old: map[string][]*nats.Header{}, rotateAt: minHeaderGeneration, pending: pending}
 }
 
-// put stores h as the headers of the message id, unless it has headers
-// already, which it keeps: the stream stores the message of an id once.
-// It reports whether it stored h.
-func (s *headerStore) put(id string, h nats.Header) bool {
+// put adds h to the headers of the message id, after those of earlier
+// Adds of the id, which a flush publishes first: the stream stores the
+// message of an id once. It returns what [headerStore.release] takes to
+// take h back.
+func (s *headerStore) put(id string, h nats.Header) *nats.Header {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.findLocked(id) != nil {
-		return false
+	kept := &h
+	if hs := s.findLocked(id); hs != nil {
+		s.cur[id] = append(hs, kept)
+		return kept
 	}
 	if len(s.cur) >= s.rotateAt {
 		n := s.pending()
 		if len(s.cur) >= 2*n {
-			s.old, s.cur = s.cur, map[string]nats.Header{}
+			s.old, s.cur = s.cur, map[string][]*nats.Header{}
 		}
 		s.rotateAt = max(minHeaderGeneration, 2*n)
 	}
-	s.cur[id] = h
-	return true
+	s.cur[id] = []*nats.Header{kept}
+	return kept
 }
 
-// get returns a copy of the headers of the message id, with room for the
-// message id header, or nil if it has none.
+// release takes back kept, the headers that put stored for an Add of the
+// message id that the batcher refused, leaving those of the id's other
+// Adds.
+func (s *headerStore) release(id string, kept *nats.Header) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	hs := s.findLocked(id)
+	i := slices.Index(hs, kept)
+	switch {
+	case i < 0:
+	case len(hs) == 1:
+		delete(s.cur, id)
+	default:
+		s.cur[id] = slices.Delete(hs, i, i+1)
+	}
+}
+
+// get returns a copy of the headers that the oldest Add of the message id
+// kept, with room for the message id header, or nil if it has none.
 func (s *headerStore) get(id string) nats.Header {
 	s.mu.Lock()
-	h := s.findLocked(id)
+	var h nats.Header
+	if hs := s.findLocked(id); hs != nil {
+		h = *hs[0]
+	}
 	s.mu.Unlock()
 	if h == nil {
 		return nil
@@ -157,19 +184,20 @@ func (s *headerStore) get(id string) nats.Header {
 
 // findLocked returns the headers of id, moving them to the newer
 // generation, or nil.
-func (s *headerStore) findLocked(id string) nats.Header {
-	if h, ok := s.cur[id]; ok {
-		return h
+func (s *headerStore) findLocked(id string) []*nats.Header {
+	if hs, ok := s.cur[id]; ok {
+		return hs
 	}
-	h, ok := s.old[id]
+	hs, ok := s.old[id]
 	if ok {
 		delete(s.old, id)
-		s.cur[id] = h
+		s.cur[id] = hs
 	}
-	return h
+	return hs
 }
 
-// forget drops the headers of the message id.
+// forget drops the headers of the message id, once the stream stored its
+// message.
 func (s *headerStore) forget(id string) {
 	s.mu.Lock()
 	delete(s.cur, id)
@@ -177,7 +205,7 @@ func (s *headerStore) forget(id string) {
 	s.mu.Unlock()
 }
 
-// size returns how many headers the store holds.
+// size returns how many message ids the store holds headers for.
 func (s *headerStore) size() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()

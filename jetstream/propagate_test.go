@@ -216,11 +216,15 @@ func TestHeaderStoreLetsGoOfOldHeaders(t *testing.T) {
 	pending := 0
 	s := newHeaderStore(func() int { return pending })
 	h := func(v string) nats.Header { return nats.Header{"K": {v}} }
-	if !s.put("kept", h("first")) || s.put("kept", h("second")) {
-		t.Fatal("put of a new id did not store, or of a known id did")
-	}
+	first := s.put("kept", h("first"))
+	s.release("kept", s.put("kept", h("refused")))
+	s.put("kept", h("third"))
 	if got := s.get("kept").Get("K"); got != "first" {
-		t.Errorf("headers of a twice-added id %q, want the first's", got)
+		t.Errorf("headers of a thrice-added id %q, want the first's", got)
+	}
+	s.release("kept", first)
+	if got := s.get("kept").Get("K"); got != "third" {
+		t.Errorf("headers of an id whose first Add was refused %q, want those of the Add kept after it", got)
 	}
 	for i := range 10 * minHeaderGeneration {
 		s.put("id-"+strconv.Itoa(i), h("x"))
@@ -326,5 +330,39 @@ func TestPublisherDuplicateIDKeepsHeadersOfAnAcceptedAdd(t *testing.T) {
 	}
 	if left := p.headers.size(); left != 0 {
 		t.Errorf("the Publisher keeps the headers of %d messages after storing them all", left)
+	}
+}
+
+// TestPublisherDuplicateIDsInOneBatch: two items with one message id,
+// added with different headers, are both flushed; the stream stores one
+// message, with the headers of the first Add, and drops the other.
+func TestPublisherDuplicateIDsInOneBatch(t *testing.T) {
+	checkLeaks(t)
+	ts := startServer(t)
+	_, js := ts.connect(t)
+	st := createStream(t, js, "JOBS", "jobs.>")
+	ctx := testCtx(t)
+	p := NewPublisher(js, "jobs.new", itemID, WithHeaderInjector(requestInjector),
+		WithBatch(batch.WithMaxItems(10), batch.WithMaxWait(time.Hour)))
+	for _, req := range []string{"r-first", "r-second"} {
+		if err := p.Add(context.WithValue(ctx, requestKey{}, req), item{ID: 1, Body: req}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.Close(ctx); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if s := p.Stats(); s.Stored != 1 || s.Duplicates != 1 || s.Batch.Flushed != 2 {
+		t.Errorf("stats %+v, want 1 stored, 1 duplicate, 2 flushed", s)
+	}
+	if n := streamMsgs(t, st); n != 1 {
+		t.Fatalf("stream holds %d messages, want 1", n)
+	}
+	raw, err := st.GetMsg(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if req := raw.Header.Get("Request-Id"); req != "r-first" {
+		t.Errorf("stored message has Request-Id %q, want r-first", req)
 	}
 }

@@ -36,7 +36,9 @@ import (
 // ([batch.WithErrorHandler]).
 //
 // With [WithHeaderInjector], each message carries the headers that the
-// injector set from the context of the Add that queued its item.
+// injector set from the context of the Add that queued its item, or, for
+// items with the same message id, of another such Add (see
+// [Publisher.Add]).
 //
 // Once Close has been called, Add, Flush and Close return
 // [batch.ErrClosed]. Given a nil context, and on a nil Publisher or one not
@@ -102,16 +104,25 @@ func NewPublisher[T any](js natsjs.JetStream, subject string, id func(T) string,
 // errors it returns ([batch.ErrClosed] once [Publisher.Close] has been
 // called).
 //
+// Add does not look for other items with the same message id: each is
+// queued and published as any other. The stream stores the first of
+// their messages that it receives within its duplicate window and drops
+// the others, which count in [PublisherStats.Duplicates]; their flushes
+// succeed.
+//
 // With [WithHeaderInjector], Add first calls the injector with ctx, and
 // the item's message is published with the headers it set. The Publisher
 // keeps them by the item's message id until the stream has stored the
 // message, so that a retried flush publishes them again: without an id
 // function, Add encodes the item to find its id, once more than the
-// flush does. Items with the same id share the headers of the first one
-// added. The headers of items that are never stored (dropped, or whose
-// flush failed for good) are let go once about twice as many items as
-// are pending have been added since; an item still waiting for its
-// flush by then is published without its headers.
+// flush does. The pending items of an id are all published with the
+// headers of the first of their Adds that did not return an error (an
+// Add that returns an error takes back its own), whichever message the
+// stream stores; those published after the stream stored one, which it
+// drops, may go without. The headers of items that are never stored
+// (dropped, or whose flush failed for good) are let go once about twice
+// as many items as are pending have been added since; an item still
+// waiting for its flush by then is published without its headers.
 func (p *Publisher[T]) Add(ctx context.Context, item T) error {
 	if err := p.check(ctx, "Add"); err != nil {
 		return err
@@ -135,10 +146,13 @@ func (p *Publisher[T]) addWithHeaders(ctx context.Context, item T) error {
 		}
 	}
 	id := p.msgID(item, data)
-	stored := id != "" && p.headers.put(id, h) // an empty id fails the flush
+	if id == "" { // its flush fails and reports it
+		return p.b.Add(ctx, item)
+	}
+	kept := p.headers.put(id, h)
 	err := p.b.Add(ctx, item)
-	if err != nil && stored {
-		p.headers.forget(id)
+	if err != nil {
+		p.headers.release(id, kept)
 	}
 	return err
 }
