@@ -430,6 +430,12 @@ func TestBadInputs(t *testing.T) {
 		{"WithHeaderInjector and a codec that panics", func(*testing.T) error {
 			return published(nil, WithCodec(marshalPanics{}), WithHeaderInjector(alwaysInject))
 		}, errAny},
+		{"id that panics", func(*testing.T) error {
+			return flushPanicked(published(func(item) string { panic("id") }))
+		}, nil},
+		{"WithHeaderInjector and an id that panics", func(*testing.T) error {
+			return flushPanicked(published(func(item) string { panic("id") }, WithHeaderInjector(alwaysInject)))
+		}, nil},
 		{"WithPublishTimeout(0)", func(*testing.T) error {
 			return panicValue(func() { newPublisher(WithPublishTimeout(0)) })
 		}, crew.ErrInvalid},
@@ -776,6 +782,16 @@ func TestBadInputs(t *testing.T) {
 			}
 		})
 	}
+}
+
+// flushPanicked returns nil if err reports a panic of a flush, which Add
+// must leave to the flush, an error otherwise.
+func flushPanicked(err error) error {
+	var pe *crew.PanicError
+	if !errors.As(err, &pe) {
+		return fmt.Errorf("got %v, want a flush's *crew.PanicError", err)
+	}
+	return nil
 }
 
 // listErr ranges over a List and returns the first error it yields, or
