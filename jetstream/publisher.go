@@ -113,9 +113,10 @@ func NewPublisher[T any](js natsjs.JetStream, subject string, id func(T) string,
 // With [WithHeaderInjector], Add first calls the injector with ctx, and
 // the item's message is published with the headers it set. The Publisher
 // keeps them by the item's message id until the stream has stored the
-// message, so that a retried flush publishes them again: without an id
-// function, Add encodes the item to find its id, once more than the
-// flush does. The pending items of an id are all published with the
+// message, so that a retried flush publishes them again: Add calls the
+// id function, or without one encodes the item, to find its id, once
+// more than the flush does, and leaves an error or a panic there to the
+// flush, which fails and reports it. The pending items of an id are all published with the
 // headers of the first of their Adds that did not return an error (an
 // Add that returns an error takes back its own), whichever message the
 // stream stores; those published after the stream stored one, which it
@@ -139,19 +140,23 @@ func (p *Publisher[T]) addWithHeaders(ctx context.Context, item T) error {
 	if len(h) == 0 {
 		return p.b.Add(ctx, item)
 	}
-	var data []byte
-	if p.id == nil {
-		if err := recovered(func() (err error) { data, err = p.codec.Marshal(item); return err }); err != nil {
-			return p.b.Add(ctx, item) // its flush fails and reports it
+	var id string
+	err := recovered(func() error {
+		var data []byte
+		if p.id == nil {
+			var err error
+			if data, err = p.codec.Marshal(item); err != nil {
+				return err
+			}
 		}
-	}
-	id := p.msgID(item, data)
-	if id == "" { // its flush fails and reports it
+		id = p.msgID(item, data)
+		return nil
+	})
+	if err != nil || id == "" { // its flush fails and reports it
 		return p.b.Add(ctx, item)
 	}
 	kept := p.headers.put(id, h)
-	err := p.b.Add(ctx, item)
-	if err != nil {
+	if err = p.b.Add(ctx, item); err != nil {
 		p.headers.release(id, kept)
 	}
 	return err
