@@ -4,6 +4,7 @@ import (
 	"context"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -183,5 +184,64 @@ func TestDoneClosesWhenAnOwedStepQueuedAfterTheCancellationIsDropped(t *testing.
 	}
 	if err := g.Wait(); err != context.Canceled {
 		t.Fatalf("Wait = %v, want context.Canceled", err)
+	}
+}
+
+// A step that takes a task reserves the next step, for the tasks behind
+// it, and submits it after it lets go of the group's mutex. When Stop
+// begins in between, the group's steps for its queued tasks must not
+// count that reservation: the pool may close before it is submitted, and
+// the task it was for would then get no worker while the running tasks
+// wait for it.
+func TestStopBetweenAStepsReservationAndItsSubmissionLeavesNoTaskBehind(t *testing.T) {
+	leak.Check(t)
+	const n = 3
+	p := New(n + 1)
+	defer p.Stop()
+	ctx, cancel := context.WithTimeout(context.Background(), internalDeadline) // a guard: the tasks give up
+	defer cancel()
+	g := NewGroup(ctx, p)
+	stopped := make(chan struct{})
+	var sends int
+	g.c.steps.send = func(sctx context.Context, s layerStep, mode pushMode) error {
+		g.c.mu.Lock()
+		sends++
+		successor := sends == 2 // the first step's, for the second task
+		g.c.mu.Unlock()
+		if successor {
+			go func() { defer close(stopped); p.Stop() }()
+			untilHolds(ctx, func() bool { return p.refuses() != nil })
+		}
+		return g.c.steps.sendTo(sctx, s, mode)
+	}
+	var started atomic.Int64
+	all := make(chan struct{})
+	p.Pause()
+	for range n {
+		g.Go(func(ctx context.Context) error {
+			if started.Add(1) == n {
+				close(all)
+			}
+			select {
+			case <-all:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		})
+	}
+	p.Resume()
+	select {
+	case <-all:
+	case <-ctx.Done():
+		t.Errorf("%d of %d tasks started: a queued task got no step before the pool closed", started.Load(), n)
+	}
+	select {
+	case <-stopped:
+	case <-time.After(internalDeadline):
+		t.Fatal("Stop did not begin in the step's submission, or did not return")
+	}
+	if err := g.Wait(); err != nil && !t.Failed() {
+		t.Fatalf("Wait = %v, want nil", err)
 	}
 }
