@@ -537,10 +537,16 @@ func (c *core[I]) runStep() {
 // and it runs only what it queued before. A task left behind the one
 // pending step would then wait for a running task of the group to take
 // it on as it finishes, one after another, or for ever if the running
-// tasks wait for it.
+// tasks wait for it. The steps already pending do not count: one that is
+// reserved but not yet submitted (a step's for the task behind its own,
+// a Go's) may reach the pool only after it has closed. A step too many
+// finds the queue empty, or the limit reached, and ends.
 func (c *core[I]) poolStopping() {
 	c.mu.Lock()
-	n := c.needSteps()
+	n := min(c.q.Len(), c.limit-c.running)
+	if n > 0 {
+		c.pending += n
+	}
 	c.mu.Unlock()
 	if n > 0 {
 		c.submit(n, false)
