@@ -39,13 +39,14 @@ import (
 // never blocks a worker) or, if the pool cannot take one, runs the next
 // task itself. Steps that a full bounded queue refuses are owed: the
 // stepper's goroutine waits for room to submit them. While tasks wait
-// within the limit a step is always pending, owed or running a task that
-// will submit the next, as a task left for the group's running tasks could
-// wait for ever behind one that waits for it (a producer and its
-// consumer). As Stop or Shutdown begins, before the pool closes and takes
-// no more steps, every group submits a step for each of its queued tasks
-// within its limit (poolStopping), so that the pool runs them side by
-// side as it runs the rest of its queue.
+// within the limit a step is always pending: submitted, owed, or reserved
+// by a step that submits it before it runs its own task, as a task left
+// for the group's running tasks could wait for ever behind one that waits
+// for it (a producer and its consumer). As Stop or Shutdown begins, before
+// the pool closes and takes no more steps, every group submits a step for
+// each of its queued tasks within its limit, whatever steps are pending
+// (poolStopping): one reserved may reach the pool only once it has closed.
+// The pool then runs them side by side as it runs the rest of its queue.
 //
 // Wait helps, in a slot of the pool's: it runs the group's queued tasks on
 // the waiting goroutine while the group's limit allows, from outside the
