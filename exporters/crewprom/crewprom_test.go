@@ -6,6 +6,7 @@ import (
 	"math"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/gocrew/crew"
@@ -167,4 +168,48 @@ func TestWithBucketsAcceptsHugeBounds(t *testing.T) {
 crew_pool_task_wait_seconds_bucket{pool="huge",le="1e+12"} 1
 crew_pool_task_wait_seconds_bucket{pool="huge",le="+Inf"} 1
 `, "huge", l.Wait.Sum.Seconds())
+}
+
+// A bucket's cumulative count is a counter: a later scrape never reports
+// less, even when a longer task raises the histogram's maximum. (A task of
+// exactly 10ms, alone, is at the maximum; with a 20ms task after it, it
+// reads as crew's value for its bucket, a little above 10ms.)
+func TestHistogramBucketsNeverGoDown(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	synctest.Test(t, func(t *testing.T) {
+		p := crew.New(1, crew.WithName("mono"), crew.WithLatency())
+		defer p.Stop()
+		c := crewprom.NewCollector([]*crew.Pool{p})
+		scrape := func() map[float64]uint64 {
+			t.Helper()
+			reg := prometheus.NewRegistry()
+			reg.MustRegister(c)
+			fams, err := reg.Gather()
+			if err != nil {
+				t.Fatal(err)
+			}
+			buckets := make(map[float64]uint64)
+			for _, b := range metric(t, fams, "crew_pool_task_run_seconds", "mono").GetHistogram().GetBucket() {
+				buckets[b.GetUpperBound()] = b.GetCumulativeCount()
+			}
+			return buckets
+		}
+		run := func(d time.Duration) {
+			done := make(chan struct{})
+			p.Go(func() { time.Sleep(d); close(done) })
+			<-done
+			synctest.Wait() // the worker has recorded the run
+		}
+		var prev map[float64]uint64
+		for _, d := range []time.Duration{10 * time.Millisecond, 20 * time.Millisecond, time.Millisecond, time.Second} {
+			run(d)
+			now := scrape()
+			for upper, n := range prev {
+				if now[upper] < n {
+					t.Errorf("after a %v task, bucket le=%v went from %d to %d", d, upper, n, now[upper])
+				}
+			}
+			prev = now
+		}
+	})
 }
