@@ -31,8 +31,9 @@
 //
 // The histograms, for pools built [crew.WithLatency], are made at scrape
 // time from crew's own, which keep far finer buckets: an observation is
-// counted in a Prometheus bucket by the value crew reports for it, within
-// [crew.HistogramRelativeError] (3.125%) of the true one.
+// counted in a Prometheus bucket by the value of its crew bucket, within
+// [crew.HistogramRelativeError] (3.125%) of the true one, and so in the
+// same Prometheus buckets at every scrape: their counts never go down.
 //
 // A [JetStreamCollector], made with [NewJetStreamCollector], reports the
 // consumers and publishers of the package github.com/gocrew/crew/jetstream
@@ -278,6 +279,12 @@ func checkBuckets(upper []float64) error {
 }
 
 func (c *Collector) histogram(d *prometheus.Desc, h crew.HistogramSnapshot, pool string) prometheus.Metric {
+	// Make CountAtOrBelow read each observation by the value of its crew
+	// bucket alone, which never changes. Otherwise it counts every
+	// observation in a bound at or above the maximum, which a later,
+	// longer task raises: the bucket would lose observations it had
+	// counted, and a bucket's count must never go down.
+	h.Max = math.MaxInt64
 	buckets := make(map[float64]uint64, len(c.buckets))
 	for _, upper := range c.buckets {
 		if math.IsInf(upper, 1) {
