@@ -2,7 +2,9 @@ package crewotel_test
 
 import (
 	"context"
+	"errors"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -73,6 +75,26 @@ func TestInjectExtractTrace(t *testing.T) {
 	plain := context.WithValue(context.Background(), key{}, 1)
 	if ExtractTraceOf(plain, nats.Header{"traceparent": {"garbage"}}) != plain || ExtractTraceOf(plain, nil) != plain {
 		t.Error("ExtractTrace without a valid traceparent did not return ctx itself")
+	}
+}
+
+// ExtractTrace has no context to build on from a nil ctx: it panics with
+// an error wrapping crew.ErrInvalid, whatever the headers hold, so that
+// the mistake shows on the first call and not only once a message with a
+// valid traceparent arrives.
+func TestExtractTraceNilContext(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	for _, h := range []nats.Header{
+		{"traceparent": {sampledParent}},
+		{"traceparent": {"garbage"}},
+		{},
+		nil,
+	} {
+		var nilCtx context.Context
+		err, panicked := panicOf(func() { crewotel.ExtractTrace(nilCtx, h) })
+		if !panicked || !errors.Is(err, crew.ErrInvalid) || !strings.Contains(err.Error(), "crewotel.ExtractTrace") {
+			t.Errorf("ExtractTrace(nil, %v) panicked %v with %v, want a panic with an error wrapping crew.ErrInvalid that names crewotel.ExtractTrace", h, panicked, err)
+		}
 	}
 }
 
