@@ -2,7 +2,10 @@ package crewotel
 
 import (
 	"context"
+	"fmt"
 	"strings"
+
+	"github.com/gocrew/crew"
 
 	"github.com/nats-io/nats.go"
 	"go.opentelemetry.io/otel/propagation"
@@ -58,7 +61,7 @@ var traceContext propagation.TraceContext
 
 // InjectTrace writes the span context of ctx into h as W3C Trace Context
 // headers, traceparent and tracestate, replacing any there; it writes
-// nothing if ctx carries no valid span context, or if h is nil. It is a
+// nothing if ctx is nil or carries no valid span context, or if h is nil. It is a
 // [jetstream.HeaderInjector]: give it to [jetstream.WithHeaderInjector]
 // for every job enqueued to carry the trace of its Enqueue call, and
 // every item published by a Publisher the trace of its Add call.
@@ -72,7 +75,15 @@ func InjectTrace(ctx context.Context, h nats.Header) {
 // take as their parent; it returns ctx itself if h has no valid
 // traceparent. It is a [jetstream.ContextExtractor]: give it to
 // [jetstream.WithContextExtractor] for every handler to run in the trace
-// of the job's Enqueue call ([InjectTrace]).
+// of the job's Enqueue call ([InjectTrace]); a [jetstream.Consumer] never
+// passes a nil ctx.
+//
+// Like [context.WithValue] given a nil parent, ExtractTrace panics if ctx
+// is nil, whatever h holds, with an error wrapping [crew.ErrInvalid]: it
+// has no context to return.
 func ExtractTrace(ctx context.Context, h nats.Header) context.Context {
+	if ctx == nil {
+		panic(fmt.Errorf("%w: crewotel.ExtractTrace: nil context", crew.ErrInvalid))
+	}
 	return traceContext.Extract(ctx, HeaderCarrier(h))
 }
