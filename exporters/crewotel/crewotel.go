@@ -30,6 +30,7 @@
 //	crew.pool.tasks.failed     Counter {task}          Submit tasks that failed, panicked or called Goexit
 //	crew.pool.tasks.panicked   Counter {task}          tasks that panicked
 //	crew.pool.tasks.dropped    Counter {task}          queued tasks that Shutdown removed
+//	crew.pool.tasks.cancelled  Counter {task}          Submit tasks that Task.Cancel kept from starting
 //
 // and for pools built [crew.WithLatency]:
 //

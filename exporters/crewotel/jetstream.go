@@ -120,6 +120,7 @@ func observe[S any](o metric.Observer, srcs []source[S], stats []stat[S], insts 
 //	crew.jetstream.consumer.messages.in_flight      UpDownCounter {message}  fetched and not settled
 //	crew.jetstream.consumer.panics                  Counter {panic}          panics recovered
 //	crew.jetstream.consumer.heartbeats              Counter {heartbeat}      InProgress notices sent
+//	crew.jetstream.consumer.handlers.abandoned      Counter {handler}        still running a job timeout after their context was cancelled
 //
 // and for each publisher (attribute crew.jetstream.publisher):
 //

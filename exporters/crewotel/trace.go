@@ -61,10 +61,11 @@ var traceContext propagation.TraceContext
 
 // InjectTrace writes the span context of ctx into h as W3C Trace Context
 // headers, traceparent and tracestate, replacing any there; it writes
-// nothing if ctx is nil or carries no valid span context, or if h is nil. It is a
-// [jetstream.HeaderInjector]: give it to [jetstream.WithHeaderInjector]
-// for every job enqueued to carry the trace of its Enqueue call, and
-// every item published by a Publisher the trace of its Add call.
+// nothing if ctx is nil or carries no valid span context, or if h is nil.
+// It is a [jetstream.HeaderInjector]: give it to
+// [jetstream.WithHeaderInjector] for every job enqueued to carry the trace
+// of its Enqueue call, and every item published by a Publisher the trace
+// of its Add call.
 func InjectTrace(ctx context.Context, h nats.Header) {
 	traceContext.Inject(ctx, HeaderCarrier(h))
 }

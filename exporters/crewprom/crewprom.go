@@ -26,6 +26,7 @@
 //	crew_pool_tasks_failed_total       counter  Submit tasks that failed, panicked or called Goexit
 //	crew_pool_tasks_panicked_total     counter  tasks that panicked
 //	crew_pool_tasks_dropped_total      counter  queued tasks that Shutdown removed
+//	crew_pool_tasks_cancelled_total    counter  Submit tasks that Task.Cancel kept from starting
 //	crew_pool_task_wait_seconds        histogram  time from submission to start (WithLatency)
 //	crew_pool_task_run_seconds         histogram  time from start to return (WithLatency)
 //
@@ -64,8 +65,8 @@ var DefaultBuckets = []float64{
 
 // An Option configures a [Collector]: [WithBuckets] and [WithNamespace].
 // Options never panic when called: [NewCollector] panics, with an error
-// wrapping [crew.ErrInvalid], when given a nil or invalid one. A later option replaces what an earlier one of
-// the same kind set.
+// wrapping [crew.ErrInvalid], when given a nil or invalid one. A later
+// option replaces what an earlier one of the same kind set.
 type Option func(*Collector)
 
 // WithBuckets sets the upper bounds, in seconds and in increasing order,
@@ -92,8 +93,12 @@ func WithNamespace(ns string) Option {
 // be made with [NewCollector]; its methods are safe for concurrent use.
 //
 // A registry refuses a second Collector with the same namespace (its
-// metrics are described already): collect every pool of a registry in one
-// Collector, or give each Collector its own namespace.
+// metrics are described already), even one of other pools: Register
+// returns a [prometheus.AlreadyRegisteredError] whose ExistingCollector is
+// the first Collector, which does not report the second's pools, so code
+// that takes that error as "registered already" loses them. Collect every
+// pool of a registry in one Collector, or give each Collector its own
+// namespace.
 type Collector struct {
 	pools   []*crew.Pool
 	buckets []float64
@@ -180,8 +185,9 @@ func (c *Collector) made() bool { return c != nil && c.run != nil }
 // Describe sends the descriptors of every metric the Collector reports,
 // as [prometheus.Collector] requires. On a nil or zero Collector (not made
 // by [NewCollector]) it sends instead one invalid descriptor, with an error
-// wrapping [crew.ErrInvalid] that [prometheus.Registerer.Register] returns. Describe panics with such an error if ch is
-// nil, where a send would block forever.
+// wrapping [crew.ErrInvalid] that [prometheus.Registerer.Register]
+// returns. Describe panics with such an error if ch is nil, where a send
+// would block forever.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	if ch == nil {
 		panic(fmt.Errorf("%w: crewprom: Collector.Describe on a nil channel", crew.ErrInvalid))

@@ -44,7 +44,10 @@ var publisherStats = []stat[jetstream.PublisherStats]{
 // consumers and publishers of the package github.com/gocrew/crew/jetstream.
 // It must be made with [NewJetStreamCollector]; its methods are safe for
 // concurrent use. It can be registered next to a [Collector] of the same
-// namespace: their metrics differ.
+// namespace: their metrics differ. Like a second Collector, a second
+// JetStreamCollector of the same namespace is refused with a
+// [prometheus.AlreadyRegisteredError], even if it reports other consumers
+// and publishers: give each registry one, or each its own namespace.
 type JetStreamCollector struct {
 	consumers  []named[jetstream.Stats]
 	publishers []named[jetstream.PublisherStats]
@@ -78,6 +81,7 @@ type named[S any] struct {
 //	crew_jetstream_consumer_snoozed_total        counter  messages snoozed by the handler
 //	crew_jetstream_consumer_panicked_total       counter  panics recovered
 //	crew_jetstream_consumer_heartbeats_total     counter  InProgress notices sent
+//	crew_jetstream_consumer_abandoned_total      counter  handlers still running a job timeout after their context was cancelled
 //	crew_jetstream_consumer_in_flight            gauge    messages fetched and not settled
 //
 // and for each publisher:
