@@ -208,8 +208,13 @@ func (s HistogramSnapshot) Mean() time.Duration {
 
 // CountAtOrBelow returns how many observations were at most d, reading
 // each observation as the value Quantile reports for it (within
-// [HistogramRelativeError] of the true one). It is the cumulative count of a
-// Prometheus or OpenTelemetry histogram bucket with upper bound d.
+// [HistogramRelativeError] of the true one): its bucket's value, or Max if
+// that is less, so that every observation counts for a d at or above Max.
+// A longer observation raises Max, so the count for a d just below it
+// can go down from one snapshot to the next. For the cumulative count of
+// a Prometheus or OpenTelemetry bucket with upper bound d, which must
+// never go down, read it from a copy of the snapshot whose Max is
+// math.MaxInt64: each observation then counts by its bucket's value alone.
 func (s HistogramSnapshot) CountAtOrBelow(d time.Duration) uint64 {
 	switch {
 	case s.counts == nil || d < 0:
