@@ -267,3 +267,51 @@ func parkedIn(dump, fn string) bool {
 	}
 	return false
 }
+
+// Pause is idempotent once Shutdown has begun: a pool that was paused
+// when one of its own calls called Shutdown (which leaves it paused, its
+// queue to run once resumed) stays paused through a later Pause, and runs
+// its queue only at Resume. A Pause that resumed it would start the queue
+// the caller meant to hold.
+func TestPauseAfterShutdownFromInsideKeepsThePoolPaused(t *testing.T) {
+	leak.Check(t)
+	started := make(chan struct{})
+	release := make(chan struct{})
+	shutdown := make(chan error, 1)
+	var ran atomic.Int64
+	var p *crew.FuncPool[int]
+	p = crew.NewFunc(1, func(_ context.Context, v int) error {
+		if v == 0 {
+			close(started)
+			<-release
+			shutdown <- p.Shutdown(context.Background())
+			return nil
+		}
+		ran.Add(1)
+		return nil
+	})
+	if err := p.Invoke(0); err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	p.Pause()
+	if err := p.Invoke(1); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	if err := recvWithin(t, shutdown, "Shutdown from inside the call"); !errors.Is(err, crew.ErrInsideTask) {
+		t.Fatalf("Shutdown from inside a call = %v, want ErrInsideTask", err)
+	}
+	if !p.Paused() {
+		t.Fatal("Shutdown from inside a call resumed the paused pool")
+	}
+	p.Pause()
+	if !p.Paused() || ran.Load() != 0 {
+		t.Fatalf("after a second Pause: Paused() = %v, %d queued calls ran; want paused, none", p.Paused(), ran.Load())
+	}
+	p.Resume()
+	within(t, schedDeadline, "Stop", p.Stop)
+	if ran.Load() != 1 {
+		t.Fatalf("%d queued calls ran after Resume and Stop, want 1", ran.Load())
+	}
+}
