@@ -205,13 +205,14 @@ func (c *poolCore[E]) wait() {
 
 // pause is Pause. A Stop that closes the engine between the store and the
 // check resumes it after, or the check sees it closed and resumes: either
-// way a stopping pool is not left paused.
+// way a stopping pool is not left paused. Only a pause set here is undone:
+// a pool that was paused already stays so, as a Shutdown from inside one
+// of its tasks leaves it.
 func (c *poolCore[E]) pause() {
 	if !c.usable() {
 		return
 	}
-	c.e.Pause()
-	if c.e.Closed() {
+	if c.e.Pause() && c.e.Closed() {
 		c.e.Resume()
 	}
 }

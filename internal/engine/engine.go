@@ -607,7 +607,9 @@ func (e *Engine[T]) wakeAllParked() {
 // one as Pause returned may still run it. Producers still queue, and wake
 // or start nobody; workers that find nothing park as usual. Close does
 // not resume: the caller resumes an engine whose queue it wants run.
-func (e *Engine[T]) Pause() { e.paused.Store(true) }
+// Pause reports whether it paused the engine: false if it was paused
+// already.
+func (e *Engine[T]) Pause() bool { return !e.paused.Swap(true) }
 
 // Resume lets the workers take tasks again, wakes one for the queue (each
 // worker that finds a task wakes the next while tasks remain), and starts
