@@ -96,8 +96,11 @@ func stampItem[T any](_ *observer, it item[T], _ *Task) item[T] {
 // it to run. It allocates nothing.
 //
 // If the queue is bounded and full, Invoke waits for room, or returns
-// [ErrQueueFull] on a pool built [WithNonBlocking]. It returns [ErrStopped]
-// once [FuncPool.Stop] or [FuncPool.Shutdown] has begun.
+// [ErrQueueFull] on a pool built [WithNonBlocking]. Called from inside one
+// of the pool's own calls it waits too, unless every worker is a call
+// waiting like it: then no room can ever come, and Invoke returns an error
+// wrapping ErrQueueFull. It returns [ErrStopped] once [FuncPool.Stop] or
+// [FuncPool.Shutdown] has begun.
 func (p *FuncPool[T]) Invoke(v T) error { return p.core().push(item[T]{v: v}, nil) }
 
 // TryInvoke queues v if that needs no waiting, and reports whether it did.

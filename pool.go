@@ -277,11 +277,11 @@ func (p *Pool) Shutdown(ctx context.Context) error { return p.core().shutdown(ct
 
 // Resize changes the worker limit to n. When n grows, workers start at once
 // for queued tasks; when it shrinks, workers beyond n retire as they finish
-// their current task, and idle ones ([Stats].Idle) as they are woken. A
-// worker that was looking for a task as Resize returned may still start
-// one. No task is lost or run twice. A bounded queue keeps its size, and
-// the queue its shards, as New split it for the first limit.
-// Resize returns an error wrapping [ErrInvalid] if n < 1.
+// their current task, and idle ones ([Stats].Idle) as they are woken or
+// reach their idle timeout. A worker that was looking for a task as Resize
+// returned may still start one. No task is lost or run twice. A bounded
+// queue keeps its size, and the queue its shards, as New split it for the
+// first limit. Resize returns an error wrapping [ErrInvalid] if n < 1.
 func (p *Pool) Resize(n int) error { return p.core().resize(n) }
 
 // Stats returns a snapshot of the pool's counters. It takes no lock that

@@ -31,8 +31,11 @@ var (
 // when it retires: after the idle timeout, when [FuncPool.Resize] shrinks
 // the pool, at [FuncPool.Stop] and [FuncPool.Shutdown], which return once
 // every state is closed. Since a worker runs one value at a time, a state
-// is never used by two running calls at once, and needs no lock. It costs
-// nothing per value: [FuncPool.Invoke] allocates nothing.
+// is never used by two running calls at once, and needs no lock. A
+// retiring worker closes its state after it has given up its place, so a
+// new worker may make a state while closeState runs: more states than
+// maxWorkers can be open for that while. It costs nothing per value:
+// [FuncPool.Invoke] allocates nothing.
 //
 // When newState fails, the value that needed the state is not processed:
 // its error, wrapping [ErrNoState] and the constructor's error, goes to the
@@ -44,8 +47,9 @@ var (
 // A state is closed and made anew when fn returns an error wrapping
 // [ErrDiscardState], and when fn panics or calls [runtime.Goexit] with it (a
 // panic may have left it half-updated). A panic in closeState goes to the
-// pool's panic handler; closeState must not call runtime.Goexit, as it may
-// run while a panic of fn unwinds, which would end with it.
+// pool's panic handler, and is not counted in [Stats]; closeState must
+// not call runtime.Goexit, as it may run while a panic of fn unwinds,
+// which would end with it.
 //
 // NewFuncWithState takes the same options as [New], and panics with an
 // error wrapping [ErrInvalid] if maxWorkers is less than 1, newState or fn
