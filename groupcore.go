@@ -432,30 +432,34 @@ func (c *core[I]) needSteps() int {
 	return n
 }
 
-// submit hands n reserved steps to the pool without ever blocking, and
-// reports whether the pool took them all. When its queue is full, the steps
-// it refused are owed (see stepper): queued tasks within the limit must
-// get their steps, since a task left to the group's running tasks or to
-// Wait may wait for them for ever (a producer and its consumer in one
-// group, the producer running). A step that calls submit with keep
-// keeps one of them: it runs the next task itself. When the pool has
-// stopped, the refused steps are given up; if nothing of the group is
-// running, the group fails with ErrStopped so that its queued tasks are
-// skipped.
+// submit hands n reserved steps to the pool without ever blocking. When
+// its queue is full, the steps it refused are owed (see stepper): queued
+// tasks within the limit must get their steps, since a task left to the
+// group's running tasks or to Wait may wait for them for ever (a producer
+// and its consumer in one group, the producer running). A step that calls
+// submit with keep keeps one of them and runs the next task itself (submit
+// returns false), unless the pool has more workers than its limit (Resize
+// lowered it): the step's worker is then one too many, and every refused
+// step is owed. When the
+// pool has stopped, the refused steps are given up; if nothing of the
+// group is running, the group fails with ErrStopped so that its queued
+// tasks are skipped.
 func (c *core[I]) submit(n int, keep bool) bool {
 	for i := range n {
 		if c.steps.submit(nil, c.step, pushTry) != nil {
-			c.refused(n-i, keep)
-			return false
+			return !c.refused(n-i, keep)
 		}
 	}
 	return true
 }
 
 // refused deals with n reserved steps that the pool did not take (see
-// submit).
-func (c *core[I]) refused(n int, keep bool) {
+// submit), and reports whether the calling step keeps one.
+func (c *core[I]) refused(n int, keep bool) (kept bool) {
 	stopped := c.p.refuses() != nil
+	if keep && !stopped && c.p.c.e.OverLimit() {
+		keep = false // owed like the others: the worker retires after its task
+	}
 	c.mu.Lock()
 	if keep {
 		n--
@@ -463,7 +467,7 @@ func (c *core[I]) refused(n int, keep bool) {
 	}
 	if stopped {
 		c.forgoSteps(n, keep)
-		return
+		return keep
 	}
 	c.mu.Unlock()
 	for range n {
@@ -472,6 +476,7 @@ func (c *core[I]) refused(n int, keep bool) {
 	if c.hooks != nil && c.hooks.stranded != nil {
 		c.hooks.stranded() // a producer may run a task before its step comes
 	}
+	return keep
 }
 
 // stepDropped gives up an owed step that the stepper could not submit:

@@ -624,6 +624,13 @@ func (e *Engine[T]) Resume() {
 	e.keepMinimum() // workers not started while paused (a Goexit's replacement, a Resize)
 }
 
+// OverLimit reports whether more workers are live than the limit, as
+// after Resize lowered it: each worker that finds it so after its task
+// retires.
+func (e *Engine[T]) OverLimit() bool {
+	return e.workers.Load()&countMask > e.maxWorkers.Load()
+}
+
 // Paused reports whether Pause was called and Resume not since.
 func (e *Engine[T]) Paused() bool { return e.paused.Load() }
 
