@@ -321,3 +321,17 @@ func (a *atomicMax) peak() int {
 	defer a.mu.Unlock()
 	return a.max
 }
+
+// storedItem returns the item and the headers of the message at seq in st.
+func storedItem(ctx context.Context, t testing.TB, st natsjs.Stream, seq uint64) (item, nats.Header) {
+	t.Helper()
+	raw, err := st.GetMsg(ctx, seq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var it item
+	if err := (JSON{}).Unmarshal(raw.Data, &it); err != nil {
+		t.Fatal(err)
+	}
+	return it, raw.Header
+}

@@ -199,12 +199,8 @@ func TestPublisherHeadersSurviveARetriedFlush(t *testing.T) {
 	if err := p.Close(ctx); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
-	raw, err := st.GetMsg(ctx, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := raw.Header.Get("Request-Id"); got != "r-1" || p.Stats().Batch.Retries == 0 {
-		t.Errorf("message stored by a retried flush (%+v) has Request-Id %q, want r-1", p.Stats().Batch, got)
+	if _, h := storedItem(ctx, t, st, 1); h.Get("Request-Id") != "r-1" || p.Stats().Batch.Retries == 0 {
+		t.Errorf("message stored by a retried flush (%+v) has Request-Id %q, want r-1", p.Stats().Batch, h.Get("Request-Id"))
 	}
 }
 
@@ -317,15 +313,8 @@ func TestPublisherDuplicateIDKeepsHeadersOfAnAcceptedAdd(t *testing.T) {
 	if err := p.Close(ctx); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
-	raw, err := st.GetMsg(ctx, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got item
-	if err := (JSON{}).Unmarshal(raw.Data, &got); err != nil {
-		t.Fatal(err)
-	}
-	if req := raw.Header.Get("Request-Id"); got.Body != "accepted" || req != "r-accepted" {
+	got, h := storedItem(ctx, t, st, 1)
+	if req := h.Get("Request-Id"); got.Body != "accepted" || req != "r-accepted" {
 		t.Errorf("stored item %+v with Request-Id %q, want the accepted item with r-accepted", got, req)
 	}
 	if left := p.headers.size(); left != 0 {
@@ -358,11 +347,7 @@ func TestPublisherDuplicateIDsInOneBatch(t *testing.T) {
 	if n := streamMsgs(t, st); n != 1 {
 		t.Fatalf("stream holds %d messages, want 1", n)
 	}
-	raw, err := st.GetMsg(ctx, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if req := raw.Header.Get("Request-Id"); req != "r-first" {
-		t.Errorf("stored message has Request-Id %q, want r-first", req)
+	if _, h := storedItem(ctx, t, st, 1); h.Get("Request-Id") != "r-first" {
+		t.Errorf("stored message has Request-Id %q, want r-first", h.Get("Request-Id"))
 	}
 }

@@ -55,19 +55,12 @@ func TestRetriedFlushIsStoredOnce(t *testing.T) {
 	}
 	seen := map[int]bool{}
 	for seq := uint64(1); seq <= 25; seq++ {
-		raw, err := st.GetMsg(ctx, seq)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var it item
-		if err := (JSON{}).Unmarshal(raw.Data, &it); err != nil {
-			t.Fatal(err)
-		}
+		it, h := storedItem(ctx, t, st, seq)
 		if seen[it.ID] {
 			t.Errorf("item %d stored twice", it.ID)
 		}
 		seen[it.ID] = true
-		if got := raw.Header.Get(natsjs.MsgIDHeader); got != itemID(it) {
+		if got := h.Get(natsjs.MsgIDHeader); got != itemID(it) {
 			t.Errorf("message id %q, want %q", got, itemID(it))
 		}
 	}
