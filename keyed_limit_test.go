@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -580,5 +581,56 @@ func TestKeyedPauseResumeUnderConcurrency(t *testing.T) {
 				t.Fatalf("Stats after Wait = %+v", s)
 			}
 		})
+	}
+}
+
+// A Keyed step whose worker is one too many after Resize lowered the
+// pool's limit does not run the key's next task itself when the full
+// queue refuses the next step: the step is owed, and the task runs, in
+// the key's order and not dropped, once the pool has room.
+func TestKeyedStepOverLimitAfterResizeOwesItsSuccessor(t *testing.T) {
+	leak.Check(t)
+	p := crew.New(2, crew.WithQueueSize(0))
+	defer p.Stop()
+	release := gate(t, p)
+	defer release()
+	k := crew.NewKeyed[string](p)
+	started, head := make(chan struct{}), make(chan struct{})
+	if err := k.Go("a", func() { close(started); <-head }); err != nil {
+		t.Fatal(err)
+	}
+	recvWithin(t, started, "the key's first task")
+	if err := p.Resize(1); err != nil {
+		t.Fatal(err)
+	}
+	var (
+		ran   atomic.Int64
+		mu    sync.Mutex
+		order []int
+	)
+	for i := range 2 {
+		if err := k.Go("a", func() {
+			ran.Add(1)
+			mu.Lock()
+			order = append(order, i)
+			mu.Unlock()
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(head)
+	waitUntil(t, schedDeadline, "the key's next step to be owed, or its task to run", func() bool {
+		return ran.Load() > 0 || strings.Contains(leak.Dump(), "crew.(*stepper).payOwed(")
+	})
+	if n := ran.Load(); n != 0 {
+		t.Fatalf("%d tasks ran beside the gate, in a pool limited to one", n)
+	}
+	release()
+	k.Wait()
+	if !slices.Equal(order, []int{0, 1}) {
+		t.Errorf("the key's tasks ran in the order %v, want [0 1]", order)
+	}
+	if s := k.Stats(); s.Dropped != 0 {
+		t.Errorf("Stats().Dropped = %d, want 0", s.Dropped)
 	}
 }
