@@ -828,7 +828,9 @@ func (kq *keyQueue[K]) exec(e layerEntry) (inline bool) {
 // after passes the key on after one of its tasks: it deletes an idle key,
 // puts a key out of tokens to sleep, or submits the key's step again. It
 // reports whether the calling step should go on with the next task itself:
-// the executor would not take the step but lets the caller run it.
+// the executor would not take the step but lets the caller run it. A step
+// whose worker is one too many (see stepper.overLimit) never goes on: the
+// step the full queue refused is owed.
 func (kq *keyQueue[K]) after() bool {
 	k, sh := kq.k, kq.sh
 	sh.mu.Lock()
@@ -871,7 +873,10 @@ func (kq *keyQueue[K]) after() bool {
 	case k.l.steps.inline(err): // the pool's queue is full, or it is stopping
 		return true
 	}
-	kq.stepDropped() // refused for good (a RateLimited never reports a full queue)
+	// The queue is full but the step's worker is one too many (Resize
+	// lowered the limit): the step is owed. Otherwise the executor refused
+	// it for good (a RateLimited never reports a full queue).
+	kq.refused(err)
 	return false
 }
 

@@ -178,13 +178,23 @@ func (st *stepper) payOwed() {
 
 // inline reports whether a step whose successor the executor refused with
 // err may run the successor's work itself, on the worker it holds: a pool
-// whose queue is full lets it, and so does a pool that is stopping but has
-// not ended (Stop runs everything queued and waits for the running step);
-// once it has ended, the rest is dropped instead. A RateLimited never
-// lets it: that would start a task without a token.
+// whose queue is full lets it, unless the step's worker is one too many
+// (see overLimit: the successor is then owed), and so does a pool that is
+// stopping but has not ended (Stop runs everything queued and waits for
+// the running step); once it has ended, the rest is dropped instead. A
+// RateLimited never lets it: that would start a task without a token.
 func (st *stepper) inline(err error) bool {
 	p, ok := direct(st.ex).(*Pool)
-	return ok && (err == ErrQueueFull || err == ErrStopped && !p.over())
+	return ok && (err == ErrQueueFull && !st.overLimit() || err == ErrStopped && !p.over())
+}
+
+// overLimit reports whether the executor is a pool that takes work and has
+// more workers than its limit, as after Resize lowered it: a step on one
+// of them must not run more than its own task, or the pool would run more
+// tasks at once than its limit. The work it leaves gets a step, owed.
+func (st *stepper) overLimit() bool {
+	p, ok := direct(st.ex).(*Pool)
+	return ok && p.refuses() == nil && p.c.e.OverLimit()
 }
 
 // layerEntry is a task queued in a layer: a func from a Go form, or a Task

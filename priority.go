@@ -372,10 +372,11 @@ func (q *Priority) exec(e layerEntry) {
 	returned = true
 }
 
-// adopt takes the best task if one lacks a step. When the executor does
-// not let a step run more than its own task (after Shutdown's deadline; on
-// a RateLimited or a Subpool, which would start it without a token or a
-// slot), it drops the tasks that lack a step instead.
+// adopt takes the best task if one lacks a step. When the step's worker is
+// one too many (see stepper.overLimit), it owes a step for each of those
+// tasks instead; when the executor does not let a step run more than its
+// own task (after Shutdown's deadline; on a RateLimited or a Subpool,
+// which would start it without a token or a slot), it drops them.
 //
 // The tasks it drops are counted done only after mu is released, so a
 // settle in between counts them among the unfinished tasks not in the
@@ -385,10 +386,19 @@ func (q *Priority) exec(e layerEntry) {
 func (q *Priority) adopt() (layerEntry, bool) {
 	for {
 		q.mu.Lock()
+		if n := len(q.h) - q.pending; n > 0 && q.l.steps.overLimit() {
+			q.pending += n
+			q.countOrphans()
+			q.mu.Unlock()
+			for range n {
+				q.l.steps.owe(q.step)
+			}
+			return layerEntry{}, false
+		}
 		var dropped []layerEntry
 		for len(q.h) > q.pending {
 			e := q.heapRemove(0)
-			if q.l.steps.inline(ErrQueueFull) && q.l.steps.inline(ErrStopped) {
+			if q.l.steps.inline(ErrStopped) { // a pool that has not ended
 				q.countOrphans()
 				q.mu.Unlock()
 				return e, true
