@@ -279,7 +279,8 @@ func TestMapErrStreamPanics(t *testing.T) {
 	if n > 3 || !errors.As(last, &pe) || pe.Value != "two" {
 		t.Errorf("%d elements, last %v", n, last)
 	}
-	var live atomic.Int64
+	var live, early atomic.Int64
+	both := make(chan struct{}) // 0 and 1 have started: a call that has not is skipped
 	before := 0
 	wide := crew.New(4)
 	defer wide.Stop()
@@ -288,7 +289,11 @@ func TestMapErrStreamPanics(t *testing.T) {
 		for range crew.MapErrStream(context.Background(), wide, pulledUpTo(-1, new(atomic.Int64)), func(ctx context.Context, v int) (int, error) {
 			live.Add(1)
 			defer live.Add(-1)
+			if v < 2 && early.Add(1) == 2 {
+				close(both)
+			}
 			if v == 2 {
+				<-both
 				panic("two")
 			}
 			<-ctx.Done()
