@@ -91,7 +91,7 @@ type Engine[T any] struct {
 	// cost producers a yield per full ring until the first is timed.
 	longTasks atomic.Bool
 	bounded   bool         // QueueSize >= 0
-	admitted  atomic.Int64 // with bounded: unfinished tasks; admit keeps it at most capacity
+	admitted  atomic.Int64 // with bounded: unfinished tasks; admit keeps it at most capacity, PushPast may pass it
 	stuck     atomic.Int64 // with bounded: own tasks waiting in Push for room
 	capacity  atomic.Int64 // with bounded: MaxWorkers+QueueSize
 	queue     int64        // QueueSize
@@ -281,6 +281,18 @@ func (e *Engine[T]) TryPush(t T) error {
 		if err := e.admit(); err != nil {
 			return err
 		}
+	}
+	return e.enqueue(t)
+}
+
+// PushPast queues t without waiting, past the bound of a bounded engine
+// that is full: for work that stands for tasks accepted elsewhere already,
+// whose submitter must not wait (a group's or a layer's step). Producers
+// that wait for room wait the longer. It returns ErrStopped once the
+// engine is closed.
+func (e *Engine[T]) PushPast(t T) error {
+	if e.bounded {
+		e.admitted.Add(1)
 	}
 	return e.enqueue(t)
 }

@@ -500,3 +500,46 @@ func TestConcurrentResizeKeepsTheCapacityInStep(t *testing.T) {
 		}
 	}
 }
+
+// PushPast queues past a full bound: the task runs, TryPush is still
+// refused while the engine holds more than its capacity, room comes back
+// only once the tasks over the bound have finished, and a closed engine
+// refuses PushPast too.
+func TestPushPastGoesBeyondTheBound(t *testing.T) {
+	leak.Check(t)
+	e := New(Config[func()]{MaxWorkers: 1, QueueSize: 0, Run: func(f func()) { f() }})
+	defer func() { e.Close(); e.Wait(nil); e.Exit() }()
+	gate, held := make(chan struct{}), make(chan struct{})
+	if err := e.TryPush(func() { close(held); <-gate }); err != nil {
+		t.Fatal(err)
+	}
+	<-held
+	if err := e.TryPush(func() {}); err != ErrFull {
+		t.Fatalf("TryPush on a full engine = %v, want ErrFull", err)
+	}
+	ran := make(chan struct{})
+	if err := e.PushPast(func() { close(ran) }); err != nil {
+		t.Fatalf("PushPast on a full engine = %v", err)
+	}
+	if got := e.admitted.Load(); got != 2 {
+		t.Fatalf("admitted = %d after PushPast, want 2 (capacity 1)", got)
+	}
+	if err := e.TryPush(func() {}); err != ErrFull {
+		t.Fatalf("TryPush past the bound = %v, want ErrFull", err)
+	}
+	close(gate)
+	<-ran
+	if err := e.Wait(nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.admitted.Load(); got != 0 {
+		t.Fatalf("admitted = %d once idle, want 0", got)
+	}
+	if err := e.TryPush(func() {}); err != nil {
+		t.Fatalf("TryPush once idle = %v", err)
+	}
+	e.Close()
+	if err := e.PushPast(func() {}); err != ErrStopped {
+		t.Fatalf("PushPast on a closed engine = %v, want ErrStopped", err)
+	}
+}
