@@ -84,12 +84,10 @@ func runGroupTask(ctx context.Context, _ int, task func(context.Context) error) 
 // starts. Go may be called while Wait waits, including from a task of the
 // group; Wait then waits for the new task too.
 //
-// If the pool's queue is bounded and full, the task stays in the group's
-// queue and the group's own goroutine waits for room to submit its step
-// (the group's running tasks or Wait may run it sooner). If the pool
-// begins to stop before then, the task runs only if a running task of the
-// group takes it on as it finishes; otherwise it is skipped and Wait
-// reports ErrStopped.
+// If the pool's queue is bounded and full, Go still does not wait: the
+// step that will run the task goes into the pool's queue past its bound
+// (see [WithQueueSize]), and a Stop that begins before the task starts
+// runs it like the rest of the queue.
 func (g *Group) Go(task func(ctx context.Context) error) error {
 	return g.core().accept(task, task == nil, false)
 }

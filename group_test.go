@@ -796,28 +796,6 @@ func TestGroupProducerAndConsumerOnAFullQueue(t *testing.T) {
 	}
 }
 
-// A task that waits in the group's queue for room in the pool's when the
-// pool begins to stop, with nothing of the group running to take it on, is
-// skipped, and Wait reports ErrStopped, as Group.Go documents.
-func TestGroupTaskWaitingForRoomIsSkippedWhenThePoolStops(t *testing.T) {
-	leak.Check(t)
-	p, release := fullQueue(t, 1)
-	defer release()
-	g := p.Group(context.Background())
-	var ran atomic.Bool
-	if err := g.Go(func(context.Context) error { ran.Store(true); return nil }); err != nil {
-		t.Fatal(err)
-	}
-	stopped := make(chan struct{})
-	go func() { defer close(stopped); p.Stop() }()
-	recv(t, g.Context().Done(), "the group to learn that the pool stopped")
-	release()
-	recv(t, stopped, "Stop")
-	if err := waitGroupErr(t, g); !errors.Is(err, crew.ErrStopped) || ran.Load() {
-		t.Fatalf("Wait = %v with the task run: %v; want ErrStopped, not run", err, ran.Load())
-	}
-}
-
 func TestGroupConcurrentWaiters(t *testing.T) {
 	leak.Check(t)
 	p := crew.New(2)

@@ -37,8 +37,8 @@ import (
 // the pool's and not on a worker. When a task finishes and tasks wait for
 // a slot, the step that ran it submits a new step (without waiting, which
 // never blocks a worker) or, if the pool cannot take one, runs the next
-// task itself. Steps that a full bounded queue refuses are owed: the
-// stepper's goroutine waits for room to submit them. While tasks wait
+// task itself. Steps that a full bounded queue refuses are owed: the pool
+// takes them past its queue's bound (see stepper.owe). While tasks wait
 // within the limit a step is always pending: submitted, owed, or reserved
 // by a step that submits it before it runs its own task, as a task left
 // for the group's running tasks could wait for ever behind one that waits
@@ -248,7 +248,7 @@ func (c *core[I]) init(ctx context.Context, p *Pool, opts []GroupOption, fifos *
 		}
 	}
 	c.step = layerStep{run: c.runStep, owner: c}
-	c.steps.init(p, c.ctx)
+	c.steps.init(p)
 	return nil
 }
 
@@ -297,8 +297,8 @@ func (c *core[I]) push(it I, try bool) error {
 	if c.later != nil && c.later.doneCh != nil && c.ctx.Err() != nil {
 		// Done's skipQueued ran at the cancellation, before this task
 		// came, and with no waiter nothing else skips it if its step is
-		// dropped (an owed step given up, the pool's queue dropped by
-		// Shutdown): skip it now.
+		// dropped (an owed step the stopped pool refused, the pool's queue
+		// dropped by Shutdown): skip it now.
 		c.mu.Unlock()
 		c.skipQueued()
 		return nil
@@ -479,9 +479,7 @@ func (c *core[I]) refused(n int, keep bool) (kept bool) {
 	return keep
 }
 
-// stepDropped gives up an owed step that the stepper could not submit:
-// the group's context ended (Wait has returned, or the group is cancelled:
-// its queued tasks are then skipped) or the pool stopped.
+// stepDropped gives up an owed step that the stopped pool refused.
 func (c *core[I]) stepDropped() {
 	c.mu.Lock()
 	c.forgoSteps(1, false)

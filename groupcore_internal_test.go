@@ -4,6 +4,7 @@ import (
 	"context"
 	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -135,58 +136,6 @@ func TestDoneClosesWhenAStepQueuedAfterTheCancellationIsDropped(t *testing.T) {
 	}
 }
 
-// Likewise when the step was owed (the pool's queue was full) and the
-// owing goroutine gives it up, as the group is cancelled, after the
-// running task that queued it has finished.
-func TestDoneClosesWhenAnOwedStepQueuedAfterTheCancellationIsDropped(t *testing.T) {
-	leak.Check(t)
-	p := New(1)
-	defer p.Stop()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	g := NewGroup(ctx, p)
-	full := make(chan struct{}) // closed: the pool's queue is full for a Try
-	g.c.steps.send = func(sctx context.Context, s layerStep, mode pushMode) error {
-		select {
-		case <-full:
-			if mode == pushTry {
-				return ErrQueueFull
-			}
-			// The owing goroutine: let the task that queued the step end first.
-			untilHolds(context.Background(), func() bool {
-				g.c.mu.Lock()
-				defer g.c.mu.Unlock()
-				return g.c.running == 0
-			})
-		default:
-		}
-		return g.c.steps.sendTo(sctx, s, mode)
-	}
-	aIn, goB := make(chan struct{}), make(chan struct{})
-	g.Go(func(context.Context) error {
-		close(aIn)
-		<-goB
-		g.Go(func(context.Context) error { return nil }) // its step is owed
-		return nil
-	})
-	<-aIn
-	done := g.Done()
-	cancel()
-	if !untilHolds(context.Background(), func() bool { return !strings.Contains(leak.Dump(), "skipQueued") }) {
-		t.Fatal("unreachable")
-	}
-	close(full)
-	close(goB)
-	select {
-	case <-done:
-	case <-time.After(internalDeadline):
-		t.Error("Done's channel not closed: the task queued after the cancellation was neither run nor skipped")
-	}
-	if err := g.Wait(); err != context.Canceled {
-		t.Fatalf("Wait = %v, want context.Canceled", err)
-	}
-}
-
 // A step that takes a task reserves the next step, for the tasks behind
 // it, and submits it after it lets go of the group's mutex. When Stop
 // begins in between, the group's steps for its queued tasks must not
@@ -243,5 +192,49 @@ func TestStopBetweenAStepsReservationAndItsSubmissionLeavesNoTaskBehind(t *testi
 	}
 	if err := g.Wait(); err != nil && !t.Failed() {
 		t.Fatalf("Wait = %v, want nil", err)
+	}
+}
+
+// A task accepted while the pool's bounded queue is full has its step
+// queued past the bound (see stepper.owe), as Group.Go documents: a Stop
+// that closes the pool before the task starts runs it, like the rest of
+// the pool's queue, and Wait reports success.
+func TestGroupTaskAcceptedOnAFullQueueRunsAtStop(t *testing.T) {
+	leak.Check(t)
+	ctx, cancel := context.WithTimeout(context.Background(), internalDeadline)
+	defer cancel()
+	p := New(1, WithQueueSize(1))
+	gate, held := make(chan struct{}), make(chan struct{})
+	release := sync.OnceFunc(func() { close(gate) })
+	defer p.Stop()
+	defer release()
+	if err := p.Go(func() { close(held); <-gate }); err != nil {
+		t.Fatal(err)
+	}
+	<-held
+	if err := p.Go(func() {}); err != nil { // fills the queue
+		t.Fatal(err)
+	}
+	g := p.Group(context.Background())
+	var ran atomic.Bool
+	if err := g.Go(func(context.Context) error { ran.Store(true); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if s := p.Stats(); s.Queued != 2 {
+		t.Fatalf("pool Stats().Queued = %d, want 2: the plain task and the group's step", s.Queued)
+	}
+	stopped := make(chan struct{})
+	go func() { defer close(stopped); p.Stop() }()
+	if !untilHolds(ctx, p.c.e.Closed) {
+		t.Fatal("Stop did not close the pool")
+	}
+	release()
+	select {
+	case <-stopped:
+	case <-ctx.Done():
+		t.Fatalf("Stop did not return; goroutines:\n\n%s", leak.Dump())
+	}
+	if err := g.Wait(); err != nil || !ran.Load() {
+		t.Fatalf("Wait = %v with the task run: %v; want nil, run", err, ran.Load())
 	}
 }

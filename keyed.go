@@ -1029,7 +1029,7 @@ func (kq *keyQueue[K]) wake() {
 		kq.sleeping = false
 		n := kq.more() // asleep again if the token is not due yet
 		sh.mu.Unlock()
-		kq.owe(n) // the stepper waits for room
+		kq.owe(n) // a full queue takes them past its bound
 		return
 	case !kq.busy() && kq.q.Len() == 0 && !kq.paused:
 		if kq.b.tat <= now {

@@ -219,12 +219,12 @@ func TestKeyedGoFromATaskBehindAStartWhoseStepHasRun(t *testing.T) {
 	if err := receive(t, inner, "the Go from inside a task"); err != nil {
 		t.Fatalf("inner Go = %v", err)
 	}
-	release[0]() // the outer Go finds the inner task queued
+	release[0]() // the outer Go finds the inner task queued and owes it a step
+	receive(t, x.paused[1], "the key's step submitted again")
+	release[1]()
 	if err := receive(t, outer, "the outer Go"); err != nil {
 		t.Fatalf("outer Go = %v", err)
 	}
-	receive(t, x.paused[1], "the key's step submitted again")
-	release[1]()
 	k.Wait()
 	if n := ran.Load(); n != 2 || x.calls.Load() != 2 {
 		t.Fatalf("%d tasks ran after %d step submissions, want 2 and 2", n, x.calls.Load())

@@ -75,13 +75,16 @@ type stepOwner interface {
 
 // A stepper hands the steps of one group or layer to its executor: at
 // once, waiting for room as the submission that needs the step does
-// (submit), or, when the caller must not wait, later from a goroutine of
-// the stepper's own that waits for room (owe). The owing goroutine exists
-// only while steps are owed; a step it cannot submit (the pool stopped, or
-// ctx ended) is dropped.
+// (submit), or, when a full queue refused the step and the caller must not
+// wait, as an owed step (owe). A pool takes an owed step at once, past its
+// queue's bound: the step stands for a task the pool's user submitted
+// already, and a step queued before Stop closes the pool runs like any
+// queued task. Any other executor gets it later from a goroutine of the
+// stepper's own that waits for room; that goroutine exists only while
+// steps are owed. A step that cannot be submitted (the pool stopped, or
+// ctx ended) is dropped: its owner is told.
 type stepper struct {
-	ex  Executor
-	ctx context.Context // ends the owing goroutine's waits; nil: never
+	ex Executor
 	// send, if set, submits in sendTo's place; tests set it.
 	send func(ctx context.Context, s layerStep, mode pushMode) error
 
@@ -90,9 +93,7 @@ type stepper struct {
 	owing bool // the owing goroutine runs
 }
 
-func (st *stepper) init(ex Executor, ctx context.Context) {
-	st.ex, st.ctx = ex, ctx
-}
+func (st *stepper) init(ex Executor) { st.ex = ex }
 
 // submit hands s to the executor as mode says (ctx for pushCtx). It
 // returns ErrQueueFull when pushTry finds the pool's queue full, and the
@@ -117,6 +118,8 @@ func (st *stepper) sendTo(ctx context.Context, s layerStep, mode pushMode) error
 			return c.tryPush(s.run, nil)
 		case pushCtx:
 			return c.pushContext(ctx, s.run, nil)
+		case pushPast:
+			return c.pushPast(s.run)
 		}
 		return c.push(s.run, nil)
 	}
@@ -136,8 +139,17 @@ func direct(ex Executor) Executor {
 	}
 }
 
-// owe queues s for the owing goroutine, starting it if need be.
+// owe submits s, which a full queue refused, without waiting: to a pool
+// past its queue's bound, to any other executor through the owing
+// goroutine, started if need be. Call it with no lock held: a refused s is
+// dropped, and its owner told, before owe returns.
 func (st *stepper) owe(s layerStep) {
+	if _, ok := direct(st.ex).(*Pool); ok {
+		if st.submit(nil, s, pushPast) != nil && s.owner != nil {
+			s.owner.stepDropped()
+		}
+		return
+	}
 	st.mu.Lock()
 	st.owed.Push(s)
 	start := !st.owing
@@ -148,14 +160,10 @@ func (st *stepper) owe(s layerStep) {
 	}
 }
 
-// payOwed submits the owed steps one by one, waiting for room until st.ctx
-// ends. Once a submission fails, the pool will take none: it drops the
-// rest.
+// payOwed submits the owed steps one by one, each waiting for room. Once a
+// submission fails, the executor will take none: it drops the rest.
 func (st *stepper) payOwed() {
-	ctx := st.ctx
-	if ctx == nil {
-		ctx = context.Background()
-	}
+	ctx := context.Background()
 	failed := false
 	for {
 		st.mu.Lock()
@@ -315,7 +323,7 @@ func (l *layer) init(ex Executor, what string, abandon func()) {
 	if ex == nil {
 		panic(invalidf("crew.%s: nil Executor", what))
 	}
-	l.steps.init(ex, nil)
+	l.steps.init(ex)
 	l.p = ex.pool()
 	l.id = engine.NewID()
 	l.abandon = abandon

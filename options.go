@@ -137,6 +137,12 @@ func logPanic(p *PanicError) { log.Print(p.Error()) }
 // [Pool.TrySubmit], [FuncPool.TryInvoke]); the Context forms wait until
 // their context ends. By default the queue is unbounded. n must not be
 // negative.
+//
+// One exception: a group, or a layer such as [Keyed] or [Priority], that
+// holds a task it accepted without waiting ([Group.Go], a submission from
+// inside a task) queues the step that runs it past a full queue's bound,
+// as the task is held already. The queue may then hold more than n tasks
+// for a while; submissions wait until it has room again.
 func WithQueueSize(n int) Option {
 	return func(c *config) { c.queueSize, c.queueSet = n, true }
 }

@@ -130,9 +130,10 @@ func (c *poolCore[E]) refuses() error {
 type pushMode uint8
 
 const (
-	pushGo  pushMode = iota // wait, unless the pool is non-blocking: Go, Submit, Invoke
-	pushTry                 // never wait: TryGo, TrySubmit, TryInvoke
-	pushCtx                 // wait until ctx ends, even non-blocking: the Context forms
+	pushGo   pushMode = iota // wait, unless the pool is non-blocking: Go, Submit, Invoke
+	pushTry                  // never wait: TryGo, TrySubmit, TryInvoke
+	pushCtx                  // wait until ctx ends, even non-blocking: the Context forms
+	pushPast                 // never wait, past a full queue's bound: owed steps (see stepper.owe)
 )
 
 // push queues el as Go does. A plain pool tests two fields and calls the
@@ -190,6 +191,19 @@ func (c *poolCore[E]) tryPush(el E, t *Task) error {
 		return errZeroPool
 	}
 	return c.pushAs(nil, el, t, pushTry)
+}
+
+// pushPast queues el past the queue's bound (see engine.PushPast): a
+// step of a group or a layer that a full queue refused and whose
+// submitter must not wait (see stepper.owe). Only a closed pool refuses it.
+func (c *poolCore[E]) pushPast(el E) error {
+	if !c.usable() {
+		return errZeroPool
+	}
+	if c.stamp != nil {
+		el = c.stamp(el, nil)
+	}
+	return c.e.PushPast(el)
 }
 
 // wait blocks until c is idle, and panics when called from inside one of

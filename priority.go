@@ -290,8 +290,8 @@ func (q *Priority) settle(err error) {
 		// Nobody to adopt it, and the executor refused the step for now:
 		// its queue is full (a Go from inside a task may have found every
 		// worker waiting for room), or the submitter's context ended. A
-		// step of its own waits for room on the stepper's goroutine, as
-		// the caller may be the worker that room waits for.
+		// step of its own is owed (see stepper.owe): the caller must not
+		// wait, as it may be the worker that room waits for.
 		q.pending++
 		q.countOrphans()
 		q.mu.Unlock()

@@ -40,7 +40,7 @@ func TestPriorityStepOverLimitAfterResizeOwesTasksWithoutAStep(t *testing.T) {
 	q := NewPriority(p)
 	owing := make(chan struct{}, 1)
 	q.l.steps.send = func(ctx context.Context, s layerStep, mode pushMode) error {
-		if mode == pushCtx { // the stepper's goroutine pays an owed step
+		if mode == pushPast { // an owed step
 			select {
 			case owing <- struct{}{}:
 			default:

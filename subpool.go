@@ -451,8 +451,8 @@ func (s *Subpool) pump() int {
 }
 
 // submit hands n steps, counted in steps, to the executor without waiting.
-// A step that a full pool queue refuses is owed: the stepper waits for
-// room. One refused for good leaves a ready task without a step (see
+// A step that a full pool queue refuses is owed (see stepper.owe). One
+// refused for good leaves a ready task without a step (see
 // lost). own is the task that the calling submission queued, 0 for none:
 // if the refusal leaves it to be dropped, submit refuses it instead and
 // returns the executor's error.
