@@ -33,10 +33,25 @@ func holdWorkers(t *testing.T, n int, opts ...crew.Option) (*crew.Pool, func()) 
 // Stop runs them as the pool's workers free up, side by side, as it runs
 // the pool's own queue, so a task that waits for a later task of its group
 // (a consumer for its producer) is not left waiting for ever behind a
-// single worker.
+// single worker. With the pool's bounded queue full, their steps go past
+// the bound.
 func TestGroupTasksAcceptedBeforeStopRunSideBySide(t *testing.T) {
+	t.Run("unbounded", func(t *testing.T) { groupTasksBeforeStop(t, false) })
+	t.Run("full queue", func(t *testing.T) { groupTasksBeforeStop(t, true) })
+}
+
+func groupTasksBeforeStop(t *testing.T, full bool) {
 	leak.Check(t)
-	p, release := holdWorkers(t, 2)
+	var p *crew.Pool
+	var release func()
+	if full {
+		p, release = holdWorkers(t, 2, crew.WithQueueSize(1))
+		if err := p.Go(func() {}); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		p, release = holdWorkers(t, 2)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	g := p.Group(ctx)
@@ -52,6 +67,7 @@ func TestGroupTasksAcceptedBeforeStopRunSideBySide(t *testing.T) {
 	g.Go(func(context.Context) error { close(produced); return nil })
 	stopped := make(chan struct{})
 	go func() { defer close(stopped); p.Stop() }()
+	// On the full queue, Go waits for room until Stop closes the pool.
 	eventually(t, "Stop to close the pool", func() bool { return p.Go(func() {}) != nil })
 	release()
 	select {
