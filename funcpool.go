@@ -143,8 +143,9 @@ func (p *FuncPool[T]) Stop() { p.core().stop() }
 func (p *FuncPool[T]) Shutdown(ctx context.Context) error { return p.core().shutdown(ctx) }
 
 // Resize changes the worker limit to n; see [Pool.Resize]. Workers beyond
-// the limit close their state, if any, as they retire. It returns an error
-// wrapping [ErrInvalid] if n < 1.
+// the limit close their state, if any, as they retire. It returns
+// [ErrStopped] once the pool has ended, and an error wrapping [ErrInvalid]
+// if n < 1.
 func (p *FuncPool[T]) Resize(n int) error { return p.core().resize(n) }
 
 // Stats returns a snapshot of the pool's counters. Failed counts the calls

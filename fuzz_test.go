@@ -521,7 +521,7 @@ func (m *fuzzModel) actor(ops []fuzzOp) {
 			n := 1 + int(op.arg%8)
 			raisePeak(&m.limitHigh, int64(n))
 			m.resized.Store(true)
-			if err := p.Resize(n); err != nil {
+			if err := p.Resize(n); err != nil && !(err == crew.ErrStopped && m.stopBegun.Load()) {
 				m.errorf("Resize(%d) = %v", n, err)
 			}
 		case foWait, foShutdownOrWait:

@@ -1290,7 +1290,7 @@ func lsRunRound(t *testing.T, seed uint64, c *lsCounts) {
 			switch crng.IntN(10) {
 			case 0, 1:
 				n := 1 + crng.IntN(4)
-				if err := r.p.Resize(n); err != nil {
+				if err := r.p.Resize(n); err != nil && !(err == crew.ErrStopped && (r.stopping.Load() || r.innerStop.Load())) {
 					r.errorf("Resize: %v", err)
 				}
 			case 2:

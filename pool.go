@@ -281,7 +281,10 @@ func (p *Pool) Shutdown(ctx context.Context) error { return p.core().shutdown(ct
 // reach their idle timeout. A worker that was looking for a task as Resize
 // returned may still start one. No task is lost or run twice. A bounded
 // queue keeps its size, and the queue its shards, as New split it for the
-// first limit. Resize returns an error wrapping [ErrInvalid] if n < 1.
+// first limit. While Stop or Shutdown runs the queue, Resize still
+// applies; once the pool has ended (Stop has returned, or Shutdown's
+// deadline has passed) it changes nothing and returns [ErrStopped]. It
+// returns an error wrapping [ErrInvalid] if n < 1.
 func (p *Pool) Resize(n int) error { return p.core().resize(n) }
 
 // Stats returns a snapshot of the pool's counters. It takes no lock that

@@ -600,6 +600,41 @@ func TestResize(t *testing.T) {
 	eventually(t, "workers to shrink to the limit", func() bool { return p.Stats().Workers <= 2 })
 }
 
+// Resize during Stop applies (the queue drains faster); once the pool has
+// ended it returns ErrStopped and changes nothing, on function pools too.
+func TestResizeDuringAndAfterStop(t *testing.T) {
+	leak.Check(t)
+	p := crew.New(1)
+	var running atomic.Int64
+	release := make(chan struct{})
+	for range 3 {
+		p.Go(func() { running.Add(1); <-release })
+	}
+	eventually(t, "one running", func() bool { return running.Load() == 1 })
+	stopped := make(chan struct{})
+	go func() { defer close(stopped); p.Stop() }()
+	eventually(t, "Stop to close the pool", func() bool { return p.Go(func() {}) != nil })
+	if err := p.Resize(3); err != nil {
+		t.Fatalf("Resize during Stop = %v, want nil", err)
+	}
+	eventually(t, "three running after growing during Stop", func() bool { return running.Load() == 3 })
+	close(release)
+	recv(t, stopped, "Stop")
+	if err := p.Resize(8); !errors.Is(err, crew.ErrStopped) {
+		t.Fatalf("Resize after Stop = %v, want ErrStopped", err)
+	}
+	if s := p.Stats(); s.MaxWorkers != 3 || s.Workers != 0 {
+		t.Fatalf("stats after Resize on a stopped pool = %+v, want MaxWorkers 3 and no worker", s)
+	}
+	fp := crew.NewFunc(1, func(context.Context, int) error { return nil })
+	if err := fp.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := fp.Resize(2); !errors.Is(err, crew.ErrStopped) {
+		t.Fatalf("FuncPool.Resize after Shutdown = %v, want ErrStopped", err)
+	}
+}
+
 func TestIdleWorkersRetireToTheMinimum(t *testing.T) {
 	leak.Check(t)
 	p := crew.New(16, crew.WithMinWorkers(2), crew.WithIdleTimeout(20*time.Millisecond))

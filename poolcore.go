@@ -371,6 +371,8 @@ func (c *poolCore[E]) resize(n int) error {
 		return errZeroPool
 	case n < 1:
 		return invalidf("Resize(%d): worker limit must be at least 1", n)
+	case c.end.over():
+		return ErrStopped
 	}
 	c.e.Resize(n)
 	return nil

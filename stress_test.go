@@ -173,7 +173,7 @@ func runStressRound(t *testing.T, c *stressCounts, limit, tasks, producers int, 
 				return
 			default:
 			}
-			if err := p.Resize(1 + rng.IntN(limit)); err != nil {
+			if err := p.Resize(1 + rng.IntN(limit)); err != nil && err != crew.ErrStopped {
 				t.Errorf("Resize = %v", err)
 			}
 			resizes.Add(1)
