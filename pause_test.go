@@ -3,6 +3,7 @@ package crew_test
 import (
 	"context"
 	"errors"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -223,11 +224,19 @@ func TestPauseStopsAWaiterRunningTheGroup(t *testing.T) {
 		var after atomic.Int64
 		for range 20 {
 			g.Go(func(context.Context) error {
-				if pausing.CompareAndSwap(false, true) {
+				switch {
+				case pausing.CompareAndSwap(false, true):
 					p.Pause()
 					paused.Store(true)
-				} else if paused.Load() {
+				case paused.Load():
 					after.Add(1)
+				default:
+					// Started before Pause returned: wait for it, so that a
+					// pausing task descheduled before its Pause does not let
+					// the others run the whole group meanwhile.
+					for !paused.Load() {
+						runtime.Gosched()
+					}
 				}
 				return nil
 			})
