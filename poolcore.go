@@ -195,7 +195,8 @@ func (c *poolCore[E]) tryPush(el E, t *Task) error {
 
 // pushPast queues el past the queue's bound (see engine.PushPast): a
 // step of a group or a layer that a full queue refused and whose
-// submitter must not wait (see stepper.owe). Only a closed pool refuses it.
+// submitter must not wait (see stepper.owe). Only a closed pool refuses
+// it, and reports the refusal to the observer as pushAs does.
 func (c *poolCore[E]) pushPast(el E) error {
 	if !c.usable() {
 		return errZeroPool
@@ -203,7 +204,11 @@ func (c *poolCore[E]) pushPast(el E) error {
 	if c.stamp != nil {
 		el = c.stamp(el, nil)
 	}
-	return c.e.PushPast(el)
+	err := c.e.PushPast(el)
+	if err != nil && c.obs != nil {
+		c.obs.refused(err)
+	}
+	return err
 }
 
 // wait blocks until c is idle, and panics when called from inside one of
