@@ -43,9 +43,10 @@ import (
 // [WithKeyLimit](n) lets a key have up to n steps at once. A task queued
 // for a busy key below its limit hands the pool one more step, without
 // waiting (when the pool's bounded queue is full, the key's other steps
-// take the task on as they finish, or, if none is left, a goroutine of
-// the Keyed's waits for room); each step takes the key's first task as it
-// starts, so tasks start in submission order, at most n at once.
+// take the task on as they finish, or, if none is left, the step goes
+// into the pool's queue past its bound: see [WithQueueSize]); each step
+// takes the key's first task as it starts, so tasks start in submission
+// order, at most n at once.
 //
 // A paused key ([Keyed.Pause]) keeps its queue and its entry, and submits
 // no step; a step of it that a worker takes starts nothing, and a task of
@@ -577,8 +578,8 @@ func (k *Keyed[K]) Pause(key K) {
 
 // Resume lets the queued tasks of a paused key start again, in order,
 // handing the key's steps to the pool without waiting for room (a full
-// bounded queue's room is waited for by a goroutine of the Keyed's, as
-// when a key's token comes due). A paused key with no task is deleted, as
+// bounded queue takes them past its bound, as when a key's token comes
+// due: see [WithQueueSize]). A paused key with no task is deleted, as
 // an idle key is. Resume does nothing for a key that is not paused, or on
 // a zero Keyed. Once the pool has begun to stop, the tasks it resumes are
 // dropped if the pool no longer takes their steps.
@@ -674,8 +675,8 @@ func (kq *keyQueue[K]) started(err error) error {
 	} else {
 		// The step may have run our task and left the key to us, and
 		// tasks may have queued behind our start meanwhile (or, with a
-		// limit above 1, behind the step): start them, from a goroutine
-		// that may wait for room.
+		// limit above 1, behind the step): start them without waiting
+		// (see stepper.owe).
 		n = kq.more()
 		if n == 0 && !kq.busy() && kq.q.Len() == 0 {
 			kq.idle()
@@ -715,9 +716,9 @@ func (kq *keyQueue[K]) stepDropped() { kq.refused(ErrStopped) }
 
 // refused deals with a step of kq that the executor did not take (err) or
 // dropped unrun. Another step of the key, Resume of a paused key, or the
-// Go starting the key carries its tasks on if there is one. Otherwise the
-// stepper waits for room in a full queue, and the tasks of a key whose
-// step a stopped pool refused are dropped.
+// Go starting the key carries its tasks on if there is one. Otherwise a
+// step that a full queue refused is owed (see stepper.owe), and the tasks
+// of a key whose step a stopped pool refused are dropped.
 func (kq *keyQueue[K]) refused(err error) {
 	sh := kq.sh
 	sh.mu.Lock()

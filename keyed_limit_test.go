@@ -466,7 +466,7 @@ func TestKeyedPausedKeyAndTheContextForms(t *testing.T) {
 	if s := k.Stats(); s.Unfinished != 2 || s.Keys != 1 || ran.Load() != 0 {
 		t.Fatalf("Stats %+v, %d ran; want the paused key's 2 tasks queued", s, ran.Load())
 	}
-	k.Resume("a") // its step waits for room on the Keyed's goroutine
+	k.Resume("a") // its steps go into the full queue past its bound
 	release()
 	within(t, schedDeadline, "Keyed.Wait", k.Wait)
 	p.Stop()

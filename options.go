@@ -138,11 +138,13 @@ func logPanic(p *PanicError) { log.Print(p.Error()) }
 // their context ends. By default the queue is unbounded. n must not be
 // negative.
 //
-// One exception: a group, or a layer such as [Keyed] or [Priority], that
-// holds a task it accepted without waiting ([Group.Go], a submission from
-// inside a task) queues the step that runs it past a full queue's bound,
-// as the task is held already. The queue may then hold more than n tasks
-// for a while; submissions wait until it has room again.
+// One exception: a group or a layer ([Keyed], [Priority], [RateLimited],
+// [Subpool], [Retrying]) that holds a task it accepted without waiting for
+// the pool's room ([Group.Go], a task behind a busy key, one whose token
+// or retry delay came due) queues the step that runs it past a full
+// queue's bound, as the task is held already. The queue may then hold
+// more than n tasks for a while; until it has room again, submissions
+// find it full.
 func WithQueueSize(n int) Option {
 	return func(c *config) { c.queueSize, c.queueSet = n, true }
 }

@@ -282,7 +282,8 @@ func (r *RateLimited) tick() {
 }
 
 // submit hands n reserved steps to the executor without waiting. A step
-// that a full queue refuses is owed (see stepper.owe). Once the pool has stopped, the rest are lost (see stepsLost).
+// that a full queue refuses is owed (see stepper.owe). Once the pool has
+// stopped, the rest are lost (see stepsLost).
 func (r *RateLimited) submit(n int) {
 	for i := range n {
 		switch err := r.l.steps.submit(nil, r.step, pushTry); err {

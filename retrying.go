@@ -105,8 +105,9 @@ func (r *Retrying) GoContext(ctx context.Context, task func()) error {
 // call, and at Timeout's deadline if the policy sets one. A call that
 // returns an error the policy retries is followed, after its delay, by
 // another submission to the executor, which never waits (a step that a
-// full queue refuses is handed over later by a goroutine of the
-// Retrying's).
+// full pool queue refuses goes into it past its bound, see
+// [WithQueueSize]; one that another executor refuses for now is handed
+// over later by a goroutine of the Retrying's).
 //
 // The Task's Wait returns nil once a call succeeds, and otherwise the
 // last call's error: the error inside [Permanent], a [*PanicError], or

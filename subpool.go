@@ -139,17 +139,16 @@ func NewSubpool(ex Executor, limit int, opts ...SubpoolOption) *Subpool {
 // (see [Subpool]). It waits for room in a full bounded queue
 // ([WithSubpoolQueue]; [ErrQueueFull] with [WithSubpoolNonBlocking]), but
 // never for room in the pool's queue: a step that a full pool queue
-// refuses is handed over later by a goroutine of the Subpool's. It
-// returns [ErrStopped] once the Subpool or its pool has begun to stop and
+// refuses goes into it past its bound (see [WithQueueSize]). It returns
+// [ErrStopped] once the Subpool or its pool has begun to stop and
 // [ErrNilTask] for a nil task. A panic in task goes to the pool's panic
 // handler.
 //
 // [Pool.Stop] runs every task Go accepted, on the pool's workers, with
-// three exceptions, all when no task of the Subpool is left running to
-// take them on: the tasks whose step waited for room in the pool's full
-// bounded queue when Stop began; the tasks queued behind one whose step
-// Stop refused (that one's Go returns ErrStopped); and, on a
-// [RateLimited], the tasks not yet handed to it. When [Pool.Shutdown]'s deadline passes, the tasks that
+// two exceptions, both when no task of the Subpool is left running to
+// take them on: the tasks queued behind one whose step Stop refused (that
+// one's Go returns ErrStopped); and, on a [RateLimited], the tasks not
+// yet handed to it. When [Pool.Shutdown]'s deadline passes, the tasks that
 // have not started are dropped. Dropped tasks are
 // counted in Stats().Dropped, and a [Task] made by a Submit form
 // completes with [ErrDropped]. Go allocates nothing beyond the task's
