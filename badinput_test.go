@@ -223,17 +223,17 @@ func TestBadInputZeroTask(t *testing.T) {
 	}
 }
 
-// After Stop, Resize must not start workers (they would leak); submissions
-// are refused and Wait returns at once.
+// After Stop, Resize returns ErrStopped and must not start workers (they
+// would leak); submissions are refused and Wait returns at once.
 func TestBadInputUseAfterStop(t *testing.T) {
 	leak.Check(t)
 	p := crew.New(2, crew.WithMinWorkers(2), crew.WithQueueSize(2))
 	p.Stop()
-	if err := p.Resize(8); err != nil {
-		t.Fatalf("Resize after Stop = %v", err)
+	if err := p.Resize(8); !errors.Is(err, crew.ErrStopped) {
+		t.Fatalf("Resize after Stop = %v, want ErrStopped", err)
 	}
-	if s := p.Stats(); s.Workers != 0 {
-		t.Fatalf("Resize after Stop started %d workers", s.Workers)
+	if s := p.Stats(); s.Workers != 0 || s.MaxWorkers != 2 {
+		t.Fatalf("Resize after Stop: %d workers, limit %d; want none started and the limit unchanged", s.Workers, s.MaxWorkers)
 	}
 	if p.TryGo(func() {}) {
 		t.Fatal("TryGo after Stop")
