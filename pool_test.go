@@ -715,13 +715,14 @@ func TestConcurrentShutdownsReportEachDropOnce(t *testing.T) {
 	for range 2 {
 		go func() { errs <- p.Shutdown(expired) }()
 	}
-	// Both have dropped what they found and wait for the running task:
-	// Wait with an expired context never blocks, so a Shutdown blocked in
-	// the engine's Wait is past its drop.
+	// Both have dropped what they found and wait for the running task. The
+	// wait must be the one after the drop: a Shutdown descheduled inside
+	// its first Wait, whose context has expired, has dropped nothing yet,
+	// and the worker freed by release would run what it leaves queued.
 	eventually(t, "both Shutdowns to wait for the running task", func() bool {
 		n := 0
 		for _, g := range strings.Split(leak.Dump(), "\n\n") {
-			if strings.Contains(g, "poolCore[...]).shutdown") && strings.Contains(g, "notify.(*Cond).Wait") {
+			if strings.Contains(g, "poolCore[...]).dropQueued") && strings.Contains(g, "notify.(*Cond).Wait") {
 				n++
 			}
 		}
