@@ -238,3 +238,49 @@ func TestGroupTaskAcceptedOnAFullQueueRunsAtStop(t *testing.T) {
 		t.Fatalf("Wait = %v with the task run: %v; want nil, run", err, ran.Load())
 	}
 }
+
+// A group's step whose worker is one too many after Resize lowered the
+// limit queues the step it would have kept past the full queue's bound.
+// Should Stop close the pool between the full queue's refusal and that push
+// (the hook's ErrStopped stands for it), the step keeps it after all and
+// goes on with the next task, as a step on a stopping pool does, rather
+// than leave the task without a step for Stop to skip.
+func TestGroupStepOverLimitRefusedAsStopClosesGoesOn(t *testing.T) {
+	leak.Check(t)
+	ctx, cancel := context.WithTimeout(context.Background(), internalDeadline)
+	defer cancel()
+	p := New(2, WithQueueSize(0))
+	defer p.Stop()
+	gateIn, gate := make(chan struct{}), make(chan struct{})
+	release := sync.OnceFunc(func() { close(gate) })
+	defer release()
+	if err := p.Go(func() { close(gateIn); <-gate }); err != nil {
+		t.Fatal(err)
+	}
+	<-gateIn
+	g := NewGroup(context.Background(), p, WithLimit(1))
+	var armed, refusedPast atomic.Bool
+	g.c.steps.send = func(sctx context.Context, s layerStep, mode pushMode) error {
+		if mode == pushPast && armed.Load() && refusedPast.CompareAndSwap(false, true) {
+			return ErrStopped
+		}
+		return g.c.steps.sendTo(sctx, s, mode)
+	}
+	started, head := make(chan struct{}), make(chan struct{})
+	g.Go(func(context.Context) error { close(started); <-head; return nil })
+	<-started
+	var next atomic.Bool
+	g.Go(func(context.Context) error { next.Store(true); return nil })
+	if err := p.Resize(1); err != nil {
+		t.Fatal(err)
+	}
+	armed.Store(true)
+	close(head)
+	if !untilHolds(ctx, next.Load) {
+		t.Fatalf("the group's next task did not run on the step refused as the pool closed (pushed past the bound: %v)", refusedPast.Load())
+	}
+	release()
+	if err := g.Wait(); err != nil {
+		t.Fatal(err)
+	}
+}

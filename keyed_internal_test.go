@@ -416,3 +416,55 @@ func keyedStopDuringStart(t *testing.T, shutdown, paused bool) {
 		t.Errorf("Keyed stats %+v, want no key or task left and %d dropped", s, wantDropped)
 	}
 }
+
+// A Keyed step whose worker is one too many after Resize lowered the limit
+// queues the key's next step past the full queue's bound. Should Stop close
+// the pool between the full queue's refusal and that push (the hook's
+// ErrStopped stands for it), the step goes on with the key's task itself,
+// as a step on a stopping pool does: Stop runs what the key accepted, and
+// nothing is dropped.
+func TestKeyedStepOverLimitRefusedAsStopClosesGoesOn(t *testing.T) {
+	leak.Check(t)
+	p := New(2, WithQueueSize(0))
+	defer p.Stop()
+	gateIn, gate := make(chan struct{}), make(chan struct{})
+	release := sync.OnceFunc(func() { close(gate) })
+	defer release()
+	if err := p.Go(func() { close(gateIn); <-gate }); err != nil {
+		t.Fatal(err)
+	}
+	receive(t, gateIn, "the task holding a worker")
+	k := NewKeyed[string](p)
+	var refusedPast atomic.Bool
+	k.l.steps.send = func(ctx context.Context, s layerStep, mode pushMode) error {
+		if mode == pushPast && refusedPast.CompareAndSwap(false, true) {
+			return ErrStopped
+		}
+		return k.l.steps.sendTo(ctx, s, mode)
+	}
+	started, head := make(chan struct{}), make(chan struct{})
+	if err := k.Go("a", func() { close(started); <-head }); err != nil {
+		t.Fatal(err)
+	}
+	receive(t, started, "the key's first task")
+	if err := p.Resize(1); err != nil {
+		t.Fatal(err)
+	}
+	var ran atomic.Int32
+	for range 2 {
+		if err := k.Go("a", func() { ran.Add(1) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(head)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if !untilHolds(ctx, refusedPast.Load) {
+		t.Fatal("the key's next step was never pushed past the full queue's bound")
+	}
+	release()
+	k.Wait()
+	if n, s := ran.Load(), k.Stats(); n != 2 || s.Dropped != 0 {
+		t.Fatalf("%d of the key's 2 tasks ran, Stats %+v; want both run, none dropped", n, s)
+	}
+}
