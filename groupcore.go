@@ -440,7 +440,7 @@ func (c *core[I]) needSteps() int {
 // submit with keep keeps one of them and runs the next task itself (submit
 // returns false), unless the pool has more workers than its limit (Resize
 // lowered it): the step's worker is then one too many, and every refused
-// step is owed. When the
+// step is owed, unless Stop closes the pool first. When the
 // pool has stopped, the refused steps are given up; if nothing of the
 // group is running, the group fails with ErrStopped so that its queued
 // tasks are skipped.
@@ -458,7 +458,16 @@ func (c *core[I]) submit(n int, keep bool) bool {
 func (c *core[I]) refused(n int, keep bool) (kept bool) {
 	stopped := c.p.refuses() != nil
 	if keep && !stopped && c.p.c.e.OverLimit() {
-		keep = false // owed like the others: the worker retires after its task
+		// The step's worker is one too many: it retires after its task,
+		// and the step it would have kept goes past the full queue's bound
+		// like the others. Should Stop close the pool first, it keeps the
+		// step after all, as a step on a stopping pool does.
+		if c.steps.submit(nil, c.step, pushPast) == nil {
+			n--
+			keep = false
+		} else {
+			stopped = true
+		}
 	}
 	c.mu.Lock()
 	if keep {

@@ -830,8 +830,9 @@ func (kq *keyQueue[K]) exec(e layerEntry) (inline bool) {
 // puts a key out of tokens to sleep, or submits the key's step again. It
 // reports whether the calling step should go on with the next task itself:
 // the executor would not take the step but lets the caller run it. A step
-// whose worker is one too many (see stepper.overLimit) never goes on: the
-// step the full queue refused is owed.
+// whose worker is one too many (see stepper.overLimit) goes on only if the
+// pool closes before it has queued the next step past the full queue's
+// bound.
 func (kq *keyQueue[K]) after() bool {
 	k, sh := kq.k, kq.sh
 	sh.mu.Lock()
@@ -868,16 +869,21 @@ func (kq *keyQueue[K]) after() bool {
 		kq.spawn(n - 1) // before ours: the step we still count keeps kq ours
 	}
 	err := k.l.steps.submit(nil, kq.step, pushTry)
+	if err == ErrQueueFull && k.l.steps.overLimit() {
+		// The step's worker is one too many (Resize lowered the limit): it
+		// must not go on with the key's next task, so the step goes past
+		// the full queue's bound, as an owed one would. Should Stop close
+		// the pool first, inline lets the step go on after all: Stop runs
+		// what the key accepted.
+		err = k.l.steps.submit(nil, kq.step, pushPast)
+	}
 	switch {
 	case err == nil:
 		return false
 	case k.l.steps.inline(err): // the pool's queue is full, or it is stopping
 		return true
 	}
-	// The queue is full but the step's worker is one too many (Resize
-	// lowered the limit): the step is owed. Otherwise the executor refused
-	// it for good (a RateLimited never reports a full queue).
-	kq.refused(err)
+	kq.refused(err) // for good (a RateLimited never reports a full queue)
 	return false
 }
 
