@@ -248,12 +248,28 @@ func consumerInfo(t testing.TB, c natsjs.Consumer) *natsjs.ConsumerInfo {
 	return info
 }
 
-// wantSettled fails t unless c has no message pending or awaiting an ack:
-// every message was acked, terminated or handed back and settled since.
-func wantSettled(t testing.TB, c natsjs.Consumer) {
+// wantSettled waits until the server shows c with no message pending or
+// awaiting an ack: every message was acked, terminated or handed back and
+// settled since. It fails t if that does not happen within 10s, and
+// returns the last info fetched. It waits because the server applies an
+// ack (or a nak or term) in a goroutine of the consumer's, after the ack
+// has left the client: an info request sent after the ack may be answered
+// before the ack is applied.
+func wantSettled(t testing.TB, c natsjs.Consumer) *natsjs.ConsumerInfo {
 	t.Helper()
-	if info := consumerInfo(t, c); info.NumAckPending != 0 || info.NumPending != 0 {
-		t.Errorf("consumer still has %d pending ack, %d pending", info.NumAckPending, info.NumPending)
+	deadline := time.Now().Add(10 * time.Second)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		info := consumerInfo(t, c)
+		if info.NumAckPending == 0 && info.NumPending == 0 {
+			return info
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("consumer still has %d pending ack, %d pending after 10s", info.NumAckPending, info.NumPending)
+			return info
+		}
+		<-tick.C
 	}
 }
 
