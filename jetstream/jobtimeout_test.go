@@ -235,8 +235,12 @@ func TestJobTimeoutCancelsAndSettlesAsUsual(t *testing.T) {
 	sink := &errSink{}
 	pool := crew.New(2)
 	defer pool.Stop()
+	// The wait is measured from the message's decoding, which comes before
+	// the job timeout starts: measured from the handler's start, it would
+	// be short by the time the handler's goroutine took to get there.
+	codec := &decodeClock{}
 	c := NewConsumer(cons, pool, func(ctx context.Context, m Msg[item]) error {
-		start := time.Now()
+		start := codec.last()
 		<-ctx.Done()
 		mu.Lock()
 		waited = append(waited, time.Since(start))
@@ -246,7 +250,7 @@ func TestJobTimeoutCancelsAndSettlesAsUsual(t *testing.T) {
 			return ctx.Err()
 		}
 		return nil
-	}, opts(WithJobTimeout(timeout), WithErrorHandler(sink.handle), WithBackoff(func(n int) time.Duration {
+	}, opts(WithJobTimeout(timeout), WithCodec(codec), WithErrorHandler(sink.handle), WithBackoff(func(n int) time.Duration {
 		mu.Lock()
 		backoffs = append(backoffs, n)
 		mu.Unlock()
@@ -275,6 +279,28 @@ func TestJobTimeoutCancelsAndSettlesAsUsual(t *testing.T) {
 			t.Errorf("error handler got %v", err)
 		}
 	}
+}
+
+// decodeClock is JSON that records when it last decoded a message. A
+// consumer decodes a message before it starts the message's job timeout.
+type decodeClock struct {
+	JSON
+	mu sync.Mutex
+	at time.Time
+}
+
+func (c *decodeClock) Unmarshal(data []byte, v any) error {
+	c.mu.Lock()
+	c.at = time.Now()
+	c.mu.Unlock()
+	return c.JSON.Unmarshal(data, v)
+}
+
+// last returns when c last decoded a message.
+func (c *decodeClock) last() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.at
 }
 
 // TestDrainDoesNotWaitForAStuckHandler: after the drain timeout cancels
