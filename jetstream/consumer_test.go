@@ -65,7 +65,10 @@ func TestConsumerHoldsAtMostItsLimit(t *testing.T) {
 
 	const limit = 3
 	pool := crew.New(limit, crew.WithQueueSize(0))
-	defer pool.Stop()
+	// A cleanup, not a defer: after a failure the consumer's cleanup runs
+	// first and its hard stop lets the handlers return, instead of Stop
+	// waiting for handlers blocked until release.
+	t.Cleanup(pool.Stop)
 	release := make(chan struct{})
 	var running atomicMax
 	seen := newIDSet()
@@ -158,7 +161,7 @@ func TestDefaultInFlightIsCapped(t *testing.T) {
 	publish(t, js, "jobs.new", items(0, DefaultMaxInFlight+extra)...)
 
 	pool := crew.New(4 * DefaultMaxInFlight)
-	defer pool.Stop()
+	t.Cleanup(pool.Stop) // after the consumer's cleanup, as in TestConsumerHoldsAtMostItsLimit
 	release := make(chan struct{})
 	c := NewConsumer(cons, pool, func(ctx context.Context, m Msg[item]) error {
 		select {

@@ -201,7 +201,7 @@ func TestLimitingExecutors(t *testing.T) {
 		const n, limit = 12, 2
 		publish(t, js, "jobs.new", items(100, 100+n)...)
 		pool := crew.New(8)
-		defer pool.Stop()
+		t.Cleanup(pool.Stop) // after the consumer's cleanup, as in TestConsumerHoldsAtMostItsLimit
 		sub := crew.NewSubpool(pool, limit)
 		release := make(chan struct{})
 		var running atomicMax
