@@ -16,6 +16,23 @@ import (
 // holds the run.
 const internalDeadline = 10 * time.Second
 
+// holdWorker runs a task on p that holds one of its workers until the
+// returned release, which may be called more than once; it returns once
+// the task runs.
+func holdWorker(t *testing.T, p *Pool) (release func()) {
+	t.Helper()
+	in, gate := make(chan struct{}), make(chan struct{})
+	if err := p.Go(func() { close(in); <-gate }); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-in:
+	case <-time.After(internalDeadline):
+		t.Fatal("the task holding a worker did not start")
+	}
+	return sync.OnceFunc(func() { close(gate) })
+}
+
 // parked reports whether a goroutine waits in c's await.
 func parked[I any](c *core[I]) bool {
 	c.mu.Lock()
@@ -204,14 +221,9 @@ func TestGroupTaskAcceptedOnAFullQueueRunsAtStop(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), internalDeadline)
 	defer cancel()
 	p := New(1, WithQueueSize(1))
-	gate, held := make(chan struct{}), make(chan struct{})
-	release := sync.OnceFunc(func() { close(gate) })
 	defer p.Stop()
+	release := holdWorker(t, p)
 	defer release()
-	if err := p.Go(func() { close(held); <-gate }); err != nil {
-		t.Fatal(err)
-	}
-	<-held
 	if err := p.Go(func() {}); err != nil { // fills the queue
 		t.Fatal(err)
 	}
@@ -251,13 +263,8 @@ func TestGroupStepOverLimitRefusedAsStopClosesGoesOn(t *testing.T) {
 	defer cancel()
 	p := New(2, WithQueueSize(0))
 	defer p.Stop()
-	gateIn, gate := make(chan struct{}), make(chan struct{})
-	release := sync.OnceFunc(func() { close(gate) })
+	release := holdWorker(t, p)
 	defer release()
-	if err := p.Go(func() { close(gateIn); <-gate }); err != nil {
-		t.Fatal(err)
-	}
-	<-gateIn
 	g := NewGroup(context.Background(), p, WithLimit(1))
 	var armed, refusedPast atomic.Bool
 	g.c.steps.send = func(sctx context.Context, s layerStep, mode pushMode) error {

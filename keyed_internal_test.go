@@ -427,13 +427,8 @@ func TestKeyedStepOverLimitRefusedAsStopClosesGoesOn(t *testing.T) {
 	leak.Check(t)
 	p := New(2, WithQueueSize(0))
 	defer p.Stop()
-	gateIn, gate := make(chan struct{}), make(chan struct{})
-	release := sync.OnceFunc(func() { close(gate) })
+	release := holdWorker(t, p)
 	defer release()
-	if err := p.Go(func() { close(gateIn); <-gate }); err != nil {
-		t.Fatal(err)
-	}
-	receive(t, gateIn, "the task holding a worker")
 	k := NewKeyed[string](p)
 	var refusedPast atomic.Bool
 	k.l.steps.send = func(ctx context.Context, s layerStep, mode pushMode) error {
